@@ -1,0 +1,47 @@
+# Two commands: `make run` (set up everything, serve on http://127.0.0.1:8000) and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: run test lint format bench install migrate clean
+
+# Re-install only when the dependency list changes.
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# First run only: a fresh SECRET_KEY in a git-ignored file; nothing secret lives in the repo.
+.env.local: | $(VENV)/.installed
+	$(PY) -c 'import secrets; print("SECRET_KEY=" + secrets.token_urlsafe(50))' > $@
+	chmod 600 $@
+
+migrate: install .env.local
+	$(PY) manage.py migrate --noinput
+
+run: migrate
+	$(PY) manage.py ensure_local_login
+	$(PY) -m daphne -b $(HOST) -p $(PORT) cadau.asgi:application
+
+test: install .env.local
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install .env.local
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: install .env.local
+	$(PY) -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache db.sqlite3* test-db.sqlite3*

@@ -1,0 +1,68 @@
+"""Every API error has one shape: `{"error": {"code": ..., "message": ..., "details"?: ...}}`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class ApiError(exceptions.APIException):
+    """Raise from views or services with a stable machine-readable code."""
+
+    status_code: int = status.HTTP_400_BAD_REQUEST
+    default_code = "bad_request"
+
+    def __init__(self, message: str, *, code: str = "bad_request", status_code: int = 400) -> None:
+        super().__init__(detail=message, code=code)
+        self.status_code = status_code
+        self.error_code = code
+
+
+def _flatten(detail: Any, prefix: str = "") -> list[str]:
+    if isinstance(detail, dict):
+        out: list[str] = []
+        for key, value in detail.items():
+            label = key if key != "non_field_errors" else ""
+            out.extend(_flatten(value, f"{prefix}{label}: " if label else prefix))
+        return out
+    if isinstance(detail, list):
+        return [line for item in detail for line in _flatten(item, prefix)]
+    return [f"{prefix}{detail}"]
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if details is not None:
+        body["details"] = details
+    return {"error": body}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, Http404):
+        # Never say whether the object exists for someone else: one message for both.
+        exc = exceptions.NotFound("Not found.")
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, ApiError):
+        code, message, details = exc.error_code, str(exc.detail), None
+    elif isinstance(exc, exceptions.ValidationError):
+        code = "invalid"
+        message = "; ".join(_flatten(exc.detail)) or "Invalid input."
+        details = exc.detail
+    elif isinstance(exc, exceptions.APIException):
+        codes = exc.get_codes()
+        code = codes if isinstance(codes, str) else "error"
+        message = str(exc.detail)
+        details = None
+    else:  # pragma: no cover - drf only handles APIException subclasses
+        code, message, details = "error", str(exc), None
+    response.data = error_body(code, message, details)
+    return response

@@ -1,0 +1,180 @@
+"""Chat storage. The database keeps every message forever; compaction only ever changes the
+session's `context_summary` and its verbatim anchor, never a message row."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Agent(models.Model):
+    """A configured persona: its own system prompt, model and `config_json` switches."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agents"
+    )
+    name = models.CharField(max_length=100)
+    system_prompt = models.TextField(blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    config_json = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "agents"
+        ordering = ["-id"]
+        indexes = [
+            # GET /api/v1/agents: one owner's agents, newest first.
+            models.Index(fields=["owner", "-id"], name="agent_owner_id_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ChatSession(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
+    )
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="sessions"
+    )
+    title = models.CharField(max_length=200, blank=True, default="")
+    # Rolling model context: every message with id < verbatim_since_message_id is represented
+    # only by context_summary in the payload; from the anchor on, messages go verbatim. NULL
+    # means nothing has been summarised yet. A plain integer, not a FK: the anchor is a position
+    # in the id sequence and must survive the anchor message itself being truncated away.
+    context_summary = models.TextField(blank=True, default="")
+    verbatim_since_message_id = models.BigIntegerField(null=True, blank=True)
+    # Compare-and-swap counter: every summary/anchor change bumps it, and a writer only commits
+    # if the version is still the one it read, so two concurrent compactions cannot both land.
+    context_version = models.PositiveIntegerField(default=0)
+    # Denormalised so the session list never COUNTs a million-row table per row.
+    message_count = models.PositiveIntegerField(default=0)
+    last_activity_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "chat_sessions"
+        indexes = [
+            # GET /api/v1/chat/sessions: keyset over (last_activity_at, id) per owner, newest first.
+            models.Index(
+                fields=["owner", "-last_activity_at", "-id"], name="chat_session_activity_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {self.pk}"
+
+
+class MessageRole(models.TextChoices):
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+    SYSTEM = "system"
+
+
+class MessageStatus(models.TextChoices):
+    COMPLETE = "complete"
+    STREAMING = "streaming"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ChatMessage(models.Model):
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=MessageRole.choices)
+    content = models.TextField(blank=True, default="")
+    status = models.CharField(
+        max_length=16, choices=MessageStatus.choices, default=MessageStatus.COMPLETE
+    )
+    # Client-chosen idempotency key: the same client_id twice in one session is one message.
+    # NULL (not "") when absent, so the per-session unique constraint ignores it.
+    client_id = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    # OpenAI tool-calling metadata: `tool_calls` on an assistant message that requests tools,
+    # `tool_call_id` on the tool message answering one of them.
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=128, blank=True, default="")
+    # Free-form extras: model name, usage figures, error text of a failed reply, agent events.
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "chat_messages"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "client_id"],
+                condition=Q(client_id__isnull=False),
+                name="chat_msg_session_client_id_uniq",
+            ),
+        ]
+        indexes = [
+            # History pages (before/after/around keysets on id) and the verbatim-tail read
+            # (id >= anchor) of the context engine: both walk one session's ids in order.
+            models.Index(fields=["session", "id"], name="chat_msg_session_id_idx"),
+            # GET /api/v1/chat/history/turns: only the user's questions, keyset on id.
+            models.Index(
+                fields=["session", "id"],
+                condition=Q(role="user"),
+                name="chat_msg_user_turns_idx",
+            ),
+            # Start-up sweep of replies left `streaming` by a crashed process.
+            models.Index(
+                fields=["status"],
+                condition=Q(status="streaming"),
+                name="chat_msg_streaming_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}#{self.pk}"
+
+
+class SnapshotOutcome(models.TextChoices):
+    COMMITTED = "committed"  # summary + anchor changed
+    FAILED = "failed"  # the summarising call failed; nothing changed
+    REJECTED = "rejected"  # the model answered but the summary was unusable; nothing changed
+    CONFLICT = "conflict"  # another writer moved the session first (CAS lost); nothing changed
+    RESET = "reset"  # an operator cleared the summary
+    REWOUND = "rewound"  # truncation cut into summarised history; summary rolled back
+
+
+class ContextSnapshot(models.Model):
+    """One row per change (or attempted change) of a session's summary: for inspection in the
+    admin and the API, and so truncation can rewind to a summary of surviving messages only."""
+
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="snapshots")
+    outcome = models.CharField(max_length=16, choices=SnapshotOutcome.choices)
+    trigger = models.CharField(max_length=32, blank=True, default="")
+    strategy = models.CharField(max_length=16, blank=True, default="")
+    summary = models.TextField(blank=True, default="")
+    # The range folded into the summary by this step (inclusive), and the state afterwards: the
+    # summary stands for every message with id <= summary_through_message_id.
+    covers_from_message_id = models.BigIntegerField(null=True, blank=True)
+    covers_to_message_id = models.BigIntegerField(null=True, blank=True)
+    summary_through_message_id = models.BigIntegerField(null=True, blank=True)
+    verbatim_since_message_id = models.BigIntegerField(null=True, blank=True)
+    context_version = models.PositiveIntegerField(default=0)
+    messages_rolled = models.PositiveIntegerField(default=0)
+    runes_before = models.PositiveIntegerField(default=0)
+    runes_after = models.PositiveIntegerField(default=0)
+    llm_calls = models.PositiveIntegerField(default=0)
+    model = models.CharField(max_length=200, blank=True, default="")
+    duration_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chat_context_snapshots"
+        indexes = [
+            # Context endpoint / admin inline (newest first) and the truncation rewind lookup
+            # (newest committed snapshot whose summary_through is below the cut).
+            models.Index(fields=["session", "-id"], name="chat_snapshot_session_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.outcome} snapshot #{self.pk}"
