@@ -1,0 +1,123 @@
+"""The one LLM provider interface. Everything that talks to a model goes through it.
+
+Messages are OpenAI chat-completions dicts (`{"role", "content", "tool_calls"?, "tool_call_id"?}`).
+Streaming yields `StreamEvent`s; the final event is always `kind="done"` carrying the full text,
+the assembled tool calls, the finish reason and usage when the provider reported it.
+Sync and async flavours exist because summaries run in sync service code (inside worker
+threads) while replies stream in async consumers; both share one request/response codec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Message = dict[str, Any]
+
+
+class LLMError(Exception):
+    """Any failure talking to the model: connect errors, 4xx/5xx, timeouts, bad payloads."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class ContextLengthExceeded(LLMError):
+    """The provider says the prompt is larger than the model's context window."""
+
+
+class StreamInterrupted(LLMError):
+    """The stream broke after tokens were already produced (partial text is in `partial`)."""
+
+    def __init__(self, message: str, *, partial: str = "", status: int | None = None):
+        super().__init__(message, status=status, retryable=False)
+        self.partial = partial
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model produced it
+
+    def as_openai(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+@dataclass(slots=True)
+class StreamEvent:
+    kind: Literal["delta", "done"]
+    text: str = ""  # delta: the new text; done: the whole text
+    tool_calls: list[ToolCall] = field(default_factory=list)  # done only
+    finish_reason: str | None = None  # done only
+    usage: Usage | None = None  # done only
+
+
+@dataclass(slots=True)
+class Completion:
+    text: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    model: str = ""
+
+
+class LLMProvider(Protocol):
+    #: "openai" (any OpenAI-compatible endpoint) or "offline".
+    name: str
+    #: The chat model and the summary model (defaults to the chat model).
+    model: str
+    summary_model: str
+
+    @property
+    def is_offline(self) -> bool: ...
+
+    def complete(
+        self,
+        *,
+        messages: list[Message],
+        model: str | None = None,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        temperature: float | None = None,
+    ) -> Completion: ...
+
+    async def acomplete(
+        self,
+        *,
+        messages: list[Message],
+        model: str | None = None,
+        max_tokens: int | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        temperature: float | None = None,
+    ) -> Completion: ...
+
+    def stream_chat(
+        self,
+        *,
+        messages: list[Message],
+        model: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> Iterator[StreamEvent]: ...
+
+    def astream_chat(
+        self,
+        *,
+        messages: list[Message],
+        model: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> AsyncIterator[StreamEvent]: ...
