@@ -51,6 +51,10 @@ class ChatSession(models.Model):
     # Compare-and-swap counter: every summary/anchor change bumps it, and a writer only commits
     # if the version is still the one it read, so two concurrent compactions cannot both land.
     context_version = models.PositiveIntegerField(default=0)
+    # Compaction lease: CAS stops two compactions from both *committing*; the lease stops them
+    # from both *paying* for a summarising call. Expires on its own if the holder dies.
+    compaction_lease_token = models.CharField(max_length=32, blank=True, default="")
+    compaction_lease_until = models.DateTimeField(null=True, blank=True)
     # Denormalised so the session list never COUNTs a million-row table per row.
     message_count = models.PositiveIntegerField(default=0)
     last_activity_at = models.DateTimeField(default=timezone.now)
