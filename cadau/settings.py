@@ -68,7 +68,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "cadau.urls"
+# Only the benchmark sets CADAU_URLCONF (bench.urls: the app plus an OFFSET-paged comparison route).
+ROOT_URLCONF = env.str("CADAU_URLCONF", default="cadau.urls")
 ASGI_APPLICATION = "cadau.asgi.application"
 WSGI_APPLICATION = None
 
