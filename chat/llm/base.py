@@ -19,10 +19,19 @@ Message = dict[str, Any]
 class LLMError(Exception):
     """Any failure talking to the model: connect errors, 4xx/5xx, timeouts, bad payloads."""
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        #: Seconds the provider asked us to wait (HTTP Retry-After), when it said so.
+        self.retry_after = retry_after
 
 
 class ContextLengthExceeded(LLMError):
@@ -121,3 +130,30 @@ class LLMProvider(Protocol):
         model: str | None = None,
         tools: list[dict[str, Any]] | None = None,
     ) -> AsyncIterator[StreamEvent]: ...
+
+
+#: Callers that ask for a summary put this string in the first system message. Providers that
+#: cannot tell a summarising call from a chat call by themselves (the offline provider, the fake
+#: server) use it to pick their summary behaviour; real models simply read past it.
+SUMMARY_MARKER = "CADAU_SUMMARY_REQUEST"
+
+
+def message_text(message: Message) -> str:
+    """The text of a message whether `content` is a string, None, or a list of content parts."""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return "".join(p for p in parts if isinstance(p, str))
+    return str(content)
+
+
+def is_summary_request(messages: list[Message]) -> bool:
+    """True when the first system message carries SUMMARY_MARKER (see above)."""
+    for message in messages:
+        if message.get("role") == "system":
+            return SUMMARY_MARKER in message_text(message)
+    return False
