@@ -169,6 +169,8 @@ SPECTACULAR_SETTINGS = {
 
 # --- Cadau ----------------------------------------------------------------------------------
 RUNTIME_DIR = Path(env.str("RUNTIME_DIR", default=str(BASE_DIR / "runtime"))).resolve()
+# Agent memory files: "" = files under RUNTIME_DIR; or a STORAGES alias / dotted Storage path.
+AGENT_MEMORY_STORAGE: str = env.str("AGENT_MEMORY_STORAGE", default="")
 
 LLM_BASE_URL: str = env.str("LLM_BASE_URL", default="").rstrip("/")
 LLM_API_KEY: str = env.str("LLM_API_KEY", default="")

@@ -1,0 +1,125 @@
+"""Text helpers for memory entries: tokenising (CJK-aware), normalising for dedup, slugs, and
+the BM25 relevance score used by search and prompt injection."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+
+# Runs of letters/digits in any script (\w minus underscore).
+_WORD_RUN_RE = re.compile(r"[^\W_]+")
+# Scripts written without spaces between words. A whole run of Chinese would otherwise be one
+# "word" and never match a query, so each character is a token and adjacent pairs are too.
+_CJK_RE = re.compile(
+    "[\u3040-\u30ff"  # Hiragana, Katakana
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"  # CJK ideographs (ext A, unified, compatibility)
+    "\uac00-\ud7af"  # Hangul syllables
+    "\U00020000-\U0002ffff]"  # CJK ideographs ext B..
+)
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-cased (casefolded, NFKC) word tokens. Latin/Cyrillic/... runs are one token each;
+    CJK characters are unigrams plus bigrams of adjacent CJK characters, so the query 喝茶
+    matches 我喜欢喝茶 both character-wise and as a phrase (the bigram weighs phrase order)."""
+    out: list[str] = []
+    for run in _WORD_RUN_RE.findall(unicodedata.normalize("NFKC", text).casefold()):
+        if not _CJK_RE.search(run):
+            out.append(run)
+            continue
+        # Split the run into CJK characters and non-CJK stretches ("gpt4模型" -> gpt4, 模, 型).
+        previous_cjk = ""
+        buffer = ""
+        for char in run:
+            if _CJK_RE.fullmatch(char):
+                if buffer:
+                    out.append(buffer)
+                    buffer = ""
+                out.append(char)
+                if previous_cjk:
+                    out.append(previous_cjk + char)
+                previous_cjk = char
+            else:
+                buffer += char
+                previous_cjk = ""
+        if buffer:
+            out.append(buffer)
+    return out
+
+
+def normalized(text: str) -> str:
+    """What two entries must share to be "the same fact": case, width, punctuation and
+    whitespace differences do not count."""
+    return " ".join(tokens(text))
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(normalized(text).encode("utf-8")).hexdigest()
+
+
+def jaccard(a: str, b: str) -> float:
+    set_a, set_b = set(tokens(a)), set(tokens(b))
+    if not set_a or not set_b:
+        return 0.0
+    return len(set_a & set_b) / len(set_a | set_b)
+
+
+_SLUG_WORD_RE = re.compile(r"[a-z0-9]+")
+SLUG_MAX_CHARS = 60
+
+
+def slugify_first_line(text: str) -> str:
+    """An entry file name from the first non-empty line: ASCII words joined by '-', cut at a
+    word boundary. Returns '' when the line has no ASCII words (e.g. Chinese); the caller then
+    names the file from the content hash."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    ascii_text = unicodedata.normalize("NFKD", first).encode("ascii", "ignore").decode().lower()
+    slug = ""
+    for word in _SLUG_WORD_RE.findall(ascii_text):
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > SLUG_MAX_CHARS:
+            break
+        slug = candidate
+    return slug
+
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+def bm25_scores(*, query: str, documents: Sequence[str]) -> list[float]:
+    """Okapi BM25 of `query` against each document, over `tokens()`:
+
+        score(d) = sum over distinct query terms t of
+                   idf(t) * tf(t,d) * (k1 + 1) / (tf(t,d) + k1 * (1 - b + b * |d| / avgdl))
+        idf(t)   = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+
+    with k1=1.2, b=0.75, N the number of documents, df(t) how many contain t, |d| the token
+    count of d. The "+1" inside the log keeps idf positive even for a term in every document,
+    so a term that matches always helps. Documents sharing no query term score 0.
+    """
+    query_terms = set(tokens(query))
+    if not query_terms or not documents:
+        return [0.0] * len(documents)
+    counted = [Counter(tokens(doc)) for doc in documents]
+    n_docs = len(counted)
+    avgdl = (sum(sum(c.values()) for c in counted) / n_docs) or 1.0
+    doc_freq = {t: sum(1 for c in counted if t in c) for t in query_terms}
+    scores = []
+    for counts in counted:
+        length = sum(counts.values())
+        score = 0.0
+        for term in query_terms:
+            tf = counts.get(term, 0)
+            if not tf:
+                continue
+            idf = math.log(1 + (n_docs - doc_freq[term] + 0.5) / (doc_freq[term] + 0.5))
+            score += (
+                idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl))
+            )
+        scores.append(score)
+    return scores
