@@ -4,11 +4,23 @@ does not own, so another user's object is indistinguishable from a missing one."
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from django.db.models import Q, QuerySet
+from django.db.models.functions import Substr
 from django.http import Http404
 
-from chat.models import Agent, ChatSession
+from chat.cursors import (
+    decode_message_cursor,
+    decode_session_list_cursor,
+    encode_message_cursor,
+    encode_session_list_cursor,
+)
+from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot, MessageRole
+from chat.services.budget import with_context_runes
 
 
 def _parse_id(value: Any) -> int:
@@ -41,3 +53,212 @@ def agent_for_user(*, user: Any, agent_id: Any) -> Agent:
         return Agent.objects.get(pk=_parse_id(agent_id), owner=user)
     except Agent.DoesNotExist:
         raise Http404("Not found.") from None
+
+
+# --- Paging ------------------------------------------------------------------------------------
+# Every page is a keyset read (never OFFSET): a bounded number of index range scans whatever the
+# session size, and stable under concurrent inserts (a new message never shifts a page).
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    sessions: list[ChatSession]
+    next_cursor: str | None
+
+
+def session_list(*, user: Any, limit: int, cursor: str | None = None) -> SessionPage:
+    """The user's sessions, most recent activity first (chat_session_activity_idx). One query:
+    each row also carries its context-budget estimate, so the list is never N+1."""
+    qs = ChatSession.objects.filter(owner=user).select_related("agent")
+    if cursor is not None:
+        position = decode_session_list_cursor(cursor=cursor, owner_id=user.pk)
+        qs = qs.filter(
+            Q(last_activity_at__lt=position.last_activity_at)
+            | Q(last_activity_at=position.last_activity_at, id__lt=position.session_id)
+        )
+    rows = list(with_context_runes(qs.order_by("-last_activity_at", "-id"))[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_session_list_cursor(
+            owner_id=user.pk, last_activity_at=rows[-1].last_activity_at, session_id=rows[-1].pk
+        )
+    return SessionPage(sessions=rows, next_cursor=next_cursor)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    messages: list[ChatMessage]  # oldest first
+    older_cursor: str | None  # None when the session's oldest message is on this page
+    # Never None: at the live edge it is the cursor that later fetches newly arrived messages.
+    newer_cursor: str
+    at_live_edge: bool  # no message newer than this page exists (at read time)
+
+
+def history_page(
+    *,
+    session: ChatSession,
+    limit: int,
+    before: str | None = None,
+    after: str | None = None,
+    around: int | None = None,
+) -> HistoryPage:
+    """One page of a session's messages, oldest first; no position means the newest page.
+
+    At most two queries on chat_msg_session_id_idx: the page itself (limit + 1 rows: the extra
+    row says whether more exist in the paging direction) and, where the page cannot tell, one
+    EXISTS probe for the other side. Raises InvalidCursor, or Http404 for an `around` message
+    that is not in this session."""
+    if sum(x is not None for x in (before, after, around)) > 1:
+        raise ValueError("history_page takes at most one of before, after, around")
+    sid = session.pk
+    messages = ChatMessage.objects.filter(session_id=sid)
+
+    if around is not None:
+        return _history_around(messages=messages, session_id=sid, limit=limit, target=around)
+
+    if after is not None:
+        bound = decode_message_cursor(
+            cursor=after, kind="history", session_id=sid, direction="newer"
+        ).message_id
+        rows = list(messages.filter(id__gt=bound).order_by("id")[: limit + 1])
+        has_newer = len(rows) > limit
+        rows = rows[:limit]
+        has_older = messages.filter(id__lt=rows[0].pk if rows else bound + 1).exists()
+        return _history_result(
+            session_id=sid, rows=rows, has_older=has_older, has_newer=has_newer, empty_at=bound
+        )
+
+    qs, upper = messages, None
+    if before is not None:
+        upper = decode_message_cursor(
+            cursor=before, kind="history", session_id=sid, direction="older"
+        ).message_id
+        qs = qs.filter(id__lt=upper)
+    rows = list(qs.order_by("-id")[: limit + 1])
+    has_older = len(rows) > limit
+    rows = rows[:limit][::-1]
+    if upper is None:
+        has_newer = False  # the newest page is the live edge by definition
+        empty_at = 0
+    else:
+        empty_at = upper - 1
+        has_newer = messages.filter(id__gt=rows[-1].pk if rows else empty_at).exists()
+    return _history_result(
+        session_id=sid, rows=rows, has_older=has_older, has_newer=has_newer, empty_at=empty_at
+    )
+
+
+def _history_around(
+    *, messages: QuerySet[ChatMessage], session_id: int, limit: int, target: int
+) -> HistoryPage:
+    """A window with `target` in the middle (a click in the turns navigator). Near either end
+    of the session the window fills up from the other side, so it stays `limit` long."""
+    # Both reads take up to limit + 1 rows so the window can shift towards whichever side has
+    # messages, and the extra row still tells whether more exist beyond it.
+    newer = list(messages.filter(id__gte=target).order_by("id")[: limit + 1])
+    if not newer or newer[0].pk != target:
+        raise Http404("Not found.")
+    older = list(messages.filter(id__lt=target).order_by("-id")[: limit + 1])
+    want_older = (limit - 1) // 2
+    want_newer = limit - want_older  # includes the target itself
+    if len(newer) < want_newer:
+        want_older = limit - len(newer)
+    elif len(older) < want_older:
+        want_newer = limit - len(older)
+    take_older, take_newer = older[:want_older], newer[:want_newer]
+    return _history_result(
+        session_id=session_id,
+        rows=take_older[::-1] + take_newer,
+        has_older=len(older) > len(take_older),
+        has_newer=len(newer) > len(take_newer),
+        empty_at=0,
+    )
+
+
+def _history_result(
+    *, session_id: int, rows: list[ChatMessage], has_older: bool, has_newer: bool, empty_at: int
+) -> HistoryPage:
+    """`empty_at`: the id an empty page's newer_cursor continues after, so a client polling an
+    empty session (or an exhausted `after`) never needs to invent a position."""
+    older_cursor = None
+    if rows and has_older:
+        older_cursor = encode_message_cursor(
+            kind="history", session_id=session_id, message_id=rows[0].pk, direction="older"
+        )
+    newer_cursor = encode_message_cursor(
+        kind="history",
+        session_id=session_id,
+        message_id=rows[-1].pk if rows else max(0, empty_at),
+        direction="newer",
+    )
+    return HistoryPage(
+        messages=rows,
+        older_cursor=older_cursor,
+        newer_cursor=newer_cursor,
+        at_live_edge=not has_newer,
+    )
+
+
+TURN_PREVIEW_CHARS = 120
+# Read only a prefix of each question: a pasted 100 KB log must not travel to build 120
+# characters. Generous, so leading whitespace/blank lines still leave text to show.
+_TURN_PREVIEW_READ = 1000
+_WHITESPACE = re.compile(r"\s+")
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    message_id: int
+    created_at: datetime
+    preview: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnsPage:
+    turns: list[Turn]  # newest first
+    next_cursor: str | None  # the next (older) page; None once the first question is listed
+
+
+def turn_preview(text: str) -> str:
+    collapsed = _WHITESPACE.sub(" ", text).strip()
+    if len(collapsed) <= TURN_PREVIEW_CHARS:
+        return collapsed
+    return collapsed[: TURN_PREVIEW_CHARS - 1].rstrip() + "…"
+
+
+def turns_page(*, session: ChatSession, limit: int, cursor: str | None = None) -> TurnsPage:
+    """The user's questions in a session, NEWEST first, paging towards older ones.
+
+    Newest first because the navigator opens at the bottom of the conversation, where the
+    reader is, and a 5000-turn session must not make them page through its beginning first;
+    a client that wants chronological order reverses each page. One query, on the partial
+    index chat_msg_user_turns_idx (role='user' only)."""
+    qs = ChatMessage.objects.filter(session_id=session.pk, role=MessageRole.USER)
+    if cursor is not None:
+        position = decode_message_cursor(
+            cursor=cursor, kind="turns", session_id=session.pk, direction="older"
+        )
+        qs = qs.filter(id__lt=position.message_id)
+    rows = list(
+        qs.order_by("-id")
+        .annotate(head=Substr("content", 1, _TURN_PREVIEW_READ))
+        .values_list("id", "created_at", "head")[: limit + 1]
+    )
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_message_cursor(
+            kind="turns", session_id=session.pk, message_id=rows[-1][0], direction="older"
+        )
+    turns = [
+        Turn(message_id=mid, created_at=created_at, preview=turn_preview(head or ""))
+        for mid, created_at, head in rows
+    ]
+    return TurnsPage(turns=turns, next_cursor=next_cursor)
+
+
+def session_snapshots(*, session: ChatSession, limit: int) -> list[ContextSnapshot]:
+    """The newest `limit` snapshots (chat_snapshot_session_idx): a long chat compacts every few
+    turns, so the full list is unbounded and only the recent ones matter for inspection."""
+    return list(ContextSnapshot.objects.filter(session_id=session.pk).order_by("-id")[:limit])

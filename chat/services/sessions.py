@@ -1,0 +1,117 @@
+"""Writes on sessions: create, rename, delete, and truncation (edit and resend).
+
+Callers pass objects they already got through `session_for_user`, so ownership is settled
+before anything here runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.http import Http404
+
+from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
+from chat.selectors import agent_for_user
+
+
+def session_create(*, user: Any, title: str = "", agent_id: int | None = None) -> ChatSession:
+    # agent_for_user: someone else's agent is a 404, exactly like a missing one.
+    agent = agent_for_user(user=user, agent_id=agent_id) if agent_id is not None else None
+    return ChatSession.objects.create(owner=user, agent=agent, title=title)
+
+
+def session_update(*, session: ChatSession, title: str) -> ChatSession:
+    session.title = title
+    # Renaming is not activity: last_activity_at stays, so the list order does not jump.
+    session.save(update_fields=["title", "updated_at"])
+    return session
+
+
+def session_delete(*, session: ChatSession) -> None:
+    # Messages and snapshots go by ON DELETE CASCADE semantics; they have no signals or
+    # dependents, so Django fast-deletes them with one DELETE each instead of loading rows.
+    session.delete()
+
+
+@dataclass(frozen=True, slots=True)
+class TruncateResult:
+    deleted: int
+    summary_rewound: bool
+    session: ChatSession  # the row as committed, for the caller's context_budget
+
+
+def message_truncate(*, session: ChatSession, message_id: int) -> TruncateResult:
+    """Delete `message_id` and every later message of the session, in one transaction.
+
+    If the cut falls before the verbatim anchor, the summary describes messages that no
+    longer exist; the session is then rewound to the newest recorded state that covers only
+    surviving messages (or to an empty summary), and the rewind is itself recorded."""
+    with transaction.atomic():
+        # The lock serialises us with compaction (CAS on context_version) and the send path,
+        # so nobody commits a summary of, or appends after, messages we are deleting.
+        locked = (
+            ChatSession.objects.select_related("agent")
+            .select_for_update(of=("self",))
+            .get(pk=session.pk)
+        )
+        if not ChatMessage.objects.filter(session_id=locked.pk, pk=message_id).exists():
+            raise Http404("Not found.")
+        _, per_model = ChatMessage.objects.filter(session_id=locked.pk, id__gte=message_id).delete()
+        # Per model: rows elsewhere that cascade from messages are not "messages deleted".
+        deleted = per_model.get(ChatMessage._meta.label, 0)
+        locked.message_count = max(0, locked.message_count - deleted)
+        fields = ["message_count", "updated_at"]
+
+        anchor = locked.verbatim_since_message_id
+        rewound = anchor is not None and message_id < anchor
+        if rewound:
+            _rewind_summary(session=locked, cut=message_id)
+            fields += ["context_summary", "verbatim_since_message_id", "context_version"]
+        locked.save(update_fields=fields)
+    return TruncateResult(deleted=deleted, summary_rewound=rewound, session=locked)
+
+
+def _rewind_summary(*, session: ChatSession, cut: int) -> None:
+    """Restore the newest summary state that mentions no message with id >= cut.
+
+    A state is a committed compaction, or an earlier rewind/reset (which recorded the state it
+    produced). Walking newest-first and stopping at the first state that fits is what keeps a
+    second truncation correct: a committed snapshot from *before* an earlier rewind may cover
+    messages that rewind deleted, but the rewind's own record is newer and fits first."""
+    state = (
+        ContextSnapshot.objects.filter(session_id=session.pk)
+        .filter(
+            Q(outcome=SnapshotOutcome.RESET)
+            | Q(outcome=SnapshotOutcome.REWOUND, summary_through_message_id__isnull=True)
+            | Q(
+                outcome__in=(SnapshotOutcome.COMMITTED, SnapshotOutcome.REWOUND),
+                summary_through_message_id__lt=cut,
+            )
+        )
+        .order_by("-id")
+        .first()
+    )
+    if state is None or state.outcome == SnapshotOutcome.RESET or not state.summary:
+        summary, through, anchor = "", None, None
+    else:
+        summary, through = state.summary, state.summary_through_message_id
+        anchor = state.verbatim_since_message_id
+        if anchor is None and through is not None:
+            anchor = through + 1  # an anchor is a position: right after what is summarised
+    before = session.context_summary
+    session.context_summary = summary
+    session.verbatim_since_message_id = anchor
+    session.context_version += 1
+    ContextSnapshot.objects.create(
+        session=session,
+        outcome=SnapshotOutcome.REWOUND,
+        trigger="truncate",
+        summary=summary,
+        summary_through_message_id=through,
+        verbatim_since_message_id=anchor,
+        context_version=session.context_version,
+        runes_before=len(before),
+        runes_after=len(summary),
+    )
