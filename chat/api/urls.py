@@ -1,1 +1,25 @@
-urlpatterns: list = []
+"""/api/v1/ routes. No trailing slashes: the paths are the contract in SPEC.md. Ids in paths
+are matched as strings so a malformed id reaches session_for_user and becomes the same JSON 404
+as a missing one, instead of Django's HTML 404."""
+
+from django.urls import path
+
+from chat.api import views
+
+urlpatterns = [
+    path("auth/token", views.TokenView.as_view(), name="api-token"),
+    path("chat/sessions", views.SessionListCreateView.as_view(), name="chat-sessions"),
+    path(
+        "chat/sessions/<str:session_id>",
+        views.SessionDetailView.as_view(),
+        name="chat-session-detail",
+    ),
+    path(
+        "chat/sessions/<str:session_id>/context",
+        views.SessionContextView.as_view(),
+        name="chat-session-context",
+    ),
+    path("chat/history", views.HistoryView.as_view(), name="chat-history"),
+    path("chat/history/turns", views.TurnsView.as_view(), name="chat-history-turns"),
+    path("chat/truncate", views.TruncateView.as_view(), name="chat-truncate"),
+]

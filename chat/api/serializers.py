@@ -1,0 +1,209 @@
+"""Request validation and the JSON shapes of the v1 contract (SPEC.md, "API contract").
+
+Query-string serializers turn every malformed parameter into a 400 before anything touches the
+database; response serializers exist so the OpenAPI document describes the real shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from chat.models import ChatMessage, ChatSession, ContextSnapshot
+from chat.services.budget import context_budget_for
+
+MAX_DB_ID = 2**63 - 1
+TITLE_MAX: int = ChatSession._meta.get_field("title").max_length or 200
+
+
+class ErrorDetailSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    details = serializers.JSONField(required=False)
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorDetailSerializer()
+
+
+class ContextBudgetSerializer(serializers.Serializer):
+    used_runes = serializers.IntegerField()
+    limit_runes = serializers.IntegerField()
+    used_pct = serializers.FloatField()
+
+
+class SessionSerializer(serializers.ModelSerializer):
+    agent_id = serializers.IntegerField(read_only=True, allow_null=True)
+    context_budget = serializers.SerializerMethodField()
+
+    class Meta:
+        model = ChatSession
+        fields = [
+            "id",
+            "title",
+            "agent_id",
+            "created_at",
+            "updated_at",
+            "message_count",
+            "context_budget",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(ContextBudgetSerializer)
+    def get_context_budget(self, obj: ChatSession) -> dict[str, Any]:
+        return context_budget_for(session=obj)
+
+
+class MessageSerializer(serializers.ModelSerializer):
+    session_id = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = ChatMessage
+        fields = [
+            "id",
+            "session_id",
+            "role",
+            "content",
+            "status",
+            "created_at",
+            "client_id",
+            "tool_calls",
+            "tool_call_id",
+            "metadata",
+        ]
+        read_only_fields = fields
+
+
+class SnapshotSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ContextSnapshot
+        fields = [
+            "id",
+            "outcome",
+            "trigger",
+            "strategy",
+            "summary",
+            "covers_from_message_id",
+            "covers_to_message_id",
+            "summary_through_message_id",
+            "verbatim_since_message_id",
+            "context_version",
+            "messages_rolled",
+            "runes_before",
+            "runes_after",
+            "llm_calls",
+            "model",
+            "duration_ms",
+            "error",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+def _id_field(**kwargs: Any) -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=1, max_value=MAX_DB_ID, **kwargs)
+
+
+# --- requests -----------------------------------------------------------------------------------
+
+
+class SessionListQuerySerializer(serializers.Serializer):
+    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
+    cursor = serializers.CharField(required=False)
+
+
+class SessionCreateSerializer(serializers.Serializer):
+    title = serializers.CharField(max_length=TITLE_MAX, required=False, allow_blank=True)
+    agent_id = _id_field(required=False, allow_null=True)
+
+
+class SessionUpdateSerializer(serializers.Serializer):
+    title = serializers.CharField(max_length=TITLE_MAX, allow_blank=False)
+
+
+class HistoryQuerySerializer(serializers.Serializer):
+    session_id = _id_field()
+    limit = serializers.IntegerField(min_value=1, max_value=200, default=50)
+    before = serializers.CharField(required=False, help_text="older_cursor of a previous page")
+    after = serializers.CharField(required=False, help_text="newer_cursor of a previous page")
+    around = _id_field(required=False, help_text="a message id: the window centred on it")
+    cursor = serializers.CharField(required=False, help_text="Deprecated alias of `before`.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        given = [name for name in ("before", "after", "around", "cursor") if name in attrs]
+        if len(given) > 1:
+            raise serializers.ValidationError(
+                f"Give at most one of before, after, around, cursor (got {', '.join(given)})."
+            )
+        return attrs
+
+
+class TurnsQuerySerializer(serializers.Serializer):
+    session_id = _id_field()
+    limit = serializers.IntegerField(min_value=1, max_value=1000, default=200)
+    cursor = serializers.CharField(required=False)
+
+
+class TruncateRequestSerializer(serializers.Serializer):
+    session_id = _id_field()
+    message_id = _id_field()
+
+
+class ContextQuerySerializer(serializers.Serializer):
+    snapshots_limit = serializers.IntegerField(min_value=0, max_value=100, default=20)
+
+
+# --- responses (schema) -------------------------------------------------------------------------
+
+
+class SessionPageSerializer(serializers.Serializer):
+    results = SessionSerializer(many=True)
+    next_cursor = serializers.CharField(allow_null=True)
+
+
+class HistoryPageSerializer(serializers.Serializer):
+    messages = MessageSerializer(many=True, help_text="Oldest first.")
+    older_cursor = serializers.CharField(
+        allow_null=True, help_text="Pass as `before`; null when the oldest message is included."
+    )
+    newer_cursor = serializers.CharField(
+        help_text="Pass as `after`; at the live edge it fetches messages that arrive later."
+    )
+    at_live_edge = serializers.BooleanField(help_text="No newer message exists.")
+    next_cursor = serializers.CharField(
+        allow_null=True, help_text="Same as older_cursor, for old clients."
+    )
+
+
+class TurnSerializer(serializers.Serializer):
+    message_id = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    preview = serializers.CharField()
+
+
+class TurnsPageSerializer(serializers.Serializer):
+    turns = TurnSerializer(many=True, help_text="The user's questions, newest first.")
+    next_cursor = serializers.CharField(allow_null=True, help_text="The next, older page.")
+
+
+class TruncateResponseSerializer(serializers.Serializer):
+    deleted = serializers.IntegerField()
+    summary_rewound = serializers.BooleanField()
+    context_budget = ContextBudgetSerializer()
+
+
+class SessionContextSerializer(serializers.Serializer):
+    context_summary = serializers.CharField(allow_blank=True)
+    verbatim_since_message_id = serializers.IntegerField(allow_null=True)
+    context_budget = ContextBudgetSerializer()
+    snapshots = SnapshotSerializer(many=True, help_text="Newest first.")
+
+
+class TokenRequestSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField(style={"input_type": "password"})
+
+
+class TokenResponseSerializer(serializers.Serializer):
+    token = serializers.CharField()
