@@ -5,7 +5,14 @@ from __future__ import annotations
 import factory
 from django.contrib.auth import get_user_model
 
-from chat.models import Agent, ChatMessage, ChatSession, MessageRole
+from chat.models import (
+    Agent,
+    ChatMessage,
+    ChatSession,
+    ContextSnapshot,
+    MessageRole,
+    SnapshotOutcome,
+)
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -61,3 +68,16 @@ def make_conversation(session: ChatSession, *, turns: int, words: int = 5) -> li
     )
     session.refresh_from_db()
     return created
+
+
+class ContextSnapshotFactory(factory.django.DjangoModelFactory):
+    """A committed compaction by default: `summary` stands for messages <= summary_through."""
+
+    class Meta:
+        model = ContextSnapshot
+
+    session = factory.SubFactory(ChatSessionFactory)
+    outcome = SnapshotOutcome.COMMITTED
+    trigger = "test"
+    strategy = "cadau"
+    summary = factory.Sequence(lambda n: f"summary {n}")

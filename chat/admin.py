@@ -1,0 +1,170 @@
+"""Operator views. Sized for a million messages: no COUNT(*) over the whole table on every
+changelist, no dropdown listing every session, no per-row queries."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
+from chat.services.budget import context_budget_for, with_context_runes
+
+_SNAPSHOT_FIELDS = (
+    "outcome",
+    "trigger",
+    "strategy",
+    "summary",
+    "covers_from_message_id",
+    "covers_to_message_id",
+    "summary_through_message_id",
+    "verbatim_since_message_id",
+    "context_version",
+    "messages_rolled",
+    "runes_before",
+    "runes_after",
+    "llm_calls",
+    "model",
+    "duration_ms",
+    "error",
+    "created_at",
+)
+
+
+class ReadOnlyMixin:
+    """Snapshots are an audit trail: written only by the context engine and truncation."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ContextSnapshotInline(ReadOnlyMixin, admin.TabularInline):
+    model = ContextSnapshot
+    fields = (
+        "created_at",
+        "outcome",
+        "trigger",
+        "summary_through_message_id",
+        "verbatim_since_message_id",
+        "context_version",
+        "runes_before",
+        "runes_after",
+        "model",
+        "duration_ms",
+        "error",
+    )
+    readonly_fields = fields
+    ordering = ("-id",)
+    extra = 0
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("id", "name", "owner", "model", "created_at")
+    list_select_related = ("owner",)
+    search_fields = ("name", "owner__username")
+    raw_id_fields = ("owner",)
+
+
+@admin.register(ChatSession)
+class ChatSessionAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "title",
+        "owner",
+        "agent",
+        "message_count",
+        "verbatim_since_message_id",
+        "context_version",
+        "budget_pct",
+        "last_activity_at",
+    )
+    list_select_related = ("owner", "agent")
+    search_fields = ("title", "owner__username")
+    raw_id_fields = ("owner", "agent")
+    readonly_fields = (
+        "context_budget",
+        "context_summary",
+        "verbatim_since_message_id",
+        "context_version",
+        "message_count",
+        "last_activity_at",
+        "created_at",
+        "updated_at",
+    )
+    fieldsets = (
+        (None, {"fields": ("owner", "agent", "title")}),
+        (
+            "Rolling context",
+            {
+                "fields": (
+                    "context_budget",
+                    "context_summary",
+                    "verbatim_since_message_id",
+                    "context_version",
+                )
+            },
+        ),
+        ("Counters", {"fields": ("message_count", "last_activity_at", "created_at", "updated_at")}),
+    )
+    inlines = (ContextSnapshotInline,)
+    show_full_result_count = False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ChatSession]:
+        # The budget column comes from the same annotation the API list uses: one query.
+        return with_context_runes(super().get_queryset(request))
+
+    @admin.display(description="budget %")
+    def budget_pct(self, obj: ChatSession) -> float:
+        return float(context_budget_for(session=obj)["used_pct"])
+
+    @admin.display(description="context budget")
+    def context_budget(self, obj: ChatSession) -> str:
+        budget = context_budget_for(session=obj)
+        return f"{budget['used_runes']} / {budget['limit_runes']} runes ({budget['used_pct']}%)"
+
+
+@admin.register(ChatMessage)
+class ChatMessageAdmin(admin.ModelAdmin):
+    list_display = ("id", "session", "role", "status", "short_content", "created_at")
+    list_filter = ("role", "status")
+    list_select_related = ("session",)
+    search_fields = ("content",)
+    raw_id_fields = ("session",)
+    # Exact COUNT(*) of a million rows on every page load is the admin's usual slow path.
+    show_full_result_count = False
+    ordering = ("-id",)
+
+    @admin.display(description="content")
+    def short_content(self, obj: ChatMessage) -> str:
+        text = " ".join(obj.content.split())
+        return text if len(text) <= 80 else text[:79] + "…"
+
+
+@admin.register(ContextSnapshot)
+class ContextSnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = (
+        "id",
+        "session",
+        "outcome",
+        "trigger",
+        "summary_through_message_id",
+        "verbatim_since_message_id",
+        "runes_before",
+        "runes_after",
+        "created_at",
+    )
+    list_filter = ("outcome",)
+    list_select_related = ("session",)
+    raw_id_fields = ("session",)
+    fields = ("session", *_SNAPSHOT_FIELDS)
+    readonly_fields = fields
+    show_full_result_count = False
+    ordering = ("-id",)
