@@ -38,7 +38,8 @@ class UnsafeName(ValueError):
 # dotfile (lock and temp files are dotfiles and must never show up as entries).
 ENTRY_STEM_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,80}")
 ENTRY_FILENAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,80}\.md")
-DAILY_FILENAME_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})\.md")
+# [0-9], not \d: in Python \d also matches fullwidth and other Unicode digits.
+DAILY_FILENAME_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})\.md")
 
 # Workspace paths: ASCII-only segments. Excluding everything non-ASCII is what rules out
 # lookalike separators (U+2215, U+FF0F, U+2024 ...) without having to enumerate them; a segment
