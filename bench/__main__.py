@@ -1,0 +1,49 @@
+"""`python -m bench [NAME ...] [options]`: run the named benchmarks (default: all), print each
+result and write it into its own section of docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from bench import history as history_bench
+from bench.report import write_section
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name -> (add its options, run it and return the markdown section)
+BENCHMARKS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[..., str]]] = {
+    "history": (history_bench.add_arguments, history_bench.run),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(BENCHMARKS)}"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=ROOT / "docs" / "benchmarks.md", help="markdown file"
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    for add_arguments, _run in BENCHMARKS.values():
+        add_arguments(parser)
+    args = parser.parse_args(argv)
+    names = args.names or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+    command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    for name in names:
+        body = BENCHMARKS[name][1](args=args, command=command.strip())
+        print(body, flush=True)
+        if not args.no_write:
+            write_section(path=args.output, name=name, body=body)
+            print(f"\n(written to {args.output})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
