@@ -7,6 +7,7 @@ import os
 import posixpath
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.files.storage import FileSystemStorage
@@ -233,7 +234,8 @@ def test_good_daily_names():
 def test_day_must_be_a_date_not_a_datetime_or_string():
     from datetime import datetime
 
-    for day in (datetime(2024, 1, 1), "2024-01-01"):
+    days: list[Any] = [datetime(2024, 1, 1), "2024-01-01"]
+    for day in days:
         with pytest.raises(UnsafeName):
             paths.daily_note_storage_name(agent_id=AGENT, day=day)
 
