@@ -9,6 +9,7 @@ threads) while replies stream in async consumers; both share one request/respons
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -149,6 +150,20 @@ def message_text(message: Message) -> str:
         parts = [p.get("text", "") for p in content if isinstance(p, dict)]
         return "".join(p for p in parts if isinstance(p, str))
     return str(content)
+
+
+_LENGTH_ASK = re.compile(r"at most (\d{2,7}) characters", re.IGNORECASE)
+
+
+def requested_max_runes(messages: list[Message]) -> int | None:
+    """The length a summarising prompt asks for ("... at most N characters"), which the offline
+    and fake summarisers obey the way a real model follows the instruction. The smallest figure
+    in the last user message wins."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            asks = [int(n) for n in _LENGTH_ASK.findall(message_text(message))]
+            return min(asks) if asks else None
+    return None
 
 
 def is_summary_request(messages: list[Message]) -> bool:

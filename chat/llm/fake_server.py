@@ -7,10 +7,12 @@ test can drive a server living in another process.
 
 Which calls are summaries: a request whose first system message contains `SUMMARY_MARKER`
 ("CADAU_SUMMARY_REQUEST") is a summary call. Summary calls take replies from the summary
-script queue and, when it is empty, get a deterministic extractive digest of their input.
+script queue and, when it is empty, get a deterministic extractive digest of their input, no
+longer than max_tokens x 4 runes nor than the prompt's "at most N characters".
 Chat calls take from the chat queue, else get "Echo: <last user message>".
 
-Faults are consumed before scripts: a failed call leaves the script for the retry.
+Faults are consumed before scripts: a call failed outright leaves the script for the retry;
+a fault that strikes mid-stream (cut, hang after K tokens) plays the script up to that point.
 
 Every stream chunk carries `created` and `x_emit_ts` (the server's time.time() when the chunk
 was written), so a client can measure the latency it adds on top of the model's.
@@ -29,7 +31,13 @@ from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-from chat.llm.base import SUMMARY_MARKER, Message, is_summary_request, message_text
+from chat.llm.base import (
+    SUMMARY_MARKER,
+    Message,
+    is_summary_request,
+    message_text,
+    requested_max_runes,
+)
 from chat.llm.offline import RUNES_PER_TOKEN, extractive_summary
 
 __all__ = [
@@ -347,7 +355,12 @@ class FakeLLMServer:
             index = len(self._calls) + 1
             fault = self._take_fault(kind=kind, index=index)
             reply = None
-            if fault is None and self._scripts[kind]:
+            # A fault that strikes mid-stream (cut, or hang after K tokens) plays the scripted
+            # reply up to that point; one that fails the whole call leaves it for the retry.
+            mid_stream = fault is not None and (
+                fault.kind == "cut" or (fault.kind == "hang" and fault.after_tokens is not None)
+            )
+            if (fault is None or mid_stream) and self._scripts[kind]:
                 reply = self._scripts[kind].popleft()
             call = Call(
                 index=index,
@@ -383,6 +396,8 @@ def _default_reply(
 ) -> ScriptedReply:
     if kind == "summary":
         cap = max_tokens * RUNES_PER_TOKEN if max_tokens else DEFAULT_SUMMARY_RUNES
+        asked = requested_max_runes(messages)
+        cap = min(cap, asked) if asked else cap
         return ScriptedReply(content=extractive_summary(messages, max_runes=cap))
     last_user = ""
     for message in reversed(messages):

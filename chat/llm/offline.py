@@ -23,6 +23,7 @@ from chat.llm.base import (
     StreamEvent,
     is_summary_request,
     message_text,
+    requested_max_runes,
 )
 
 #: The offline summariser has no tokenizer; it counts 1 token as 4 runes (code points), the
@@ -224,9 +225,12 @@ class OfflineProvider:
         max_runes: int | None = None,
     ) -> Completion:
         """Summaries: extractive, capped by `max_runes`, else `max_tokens` * RUNES_PER_TOKEN,
-        else CHAT_CONTEXT_SUMMARY_MAX_RUNES. Anything else: the offline notice."""
+        else CHAT_CONTEXT_SUMMARY_MAX_RUNES; and never longer than the prompt's own "at most N
+        characters" (see base.requested_max_runes). Anything else: the offline notice."""
         if _wants_summary(messages):
             cap = _summary_cap(max_runes=max_runes, max_tokens=max_tokens)
+            asked = requested_max_runes(messages)
+            cap = min(cap, asked) if asked else cap
             text = extractive_summary(messages, max_runes=cap)
         else:
             text = offline_reply(messages)

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chat.llm.base import SUMMARY_MARKER
+from chat.llm.base import SUMMARY_MARKER, StreamInterrupted
 from chat.llm.fake_server import GARBAGE_TEXT, FakeLLMServer, tokenize
 from tests.llm.conftest import USER_HI
 
@@ -227,3 +227,20 @@ def test_fakellm_command_serves_in_another_process(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_default_summary_obeys_the_length_the_prompt_asks_for(fake_llm, provider):
+    ask = [
+        SUMMARY[0],
+        {"role": "user", "content": SUMMARY[1]["content"] + "\nAt most 40 characters."},
+    ]
+    assert 0 < len(provider.complete(messages=ask).text) <= 40
+
+
+def test_a_mid_stream_cut_consumes_the_script(fake_llm, provider):
+    fake_llm.script("alpha beta gamma delta", "next")
+    fake_llm.fail_next("cut", after_tokens=2)
+    with pytest.raises(StreamInterrupted) as info:
+        list(provider.stream_chat(messages=USER_HI))
+    assert info.value.partial == "alpha beta "
+    assert provider.complete(messages=USER_HI).text == "next"

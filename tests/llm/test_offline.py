@@ -140,3 +140,15 @@ def test_summary_never_exceeds_the_cap(contents, cap):
     text = extractive_summary(messages, max_runes=cap)
     assert len(text) <= cap
     assert text == extractive_summary(messages, max_runes=cap)
+
+
+def test_summary_obeys_the_length_the_prompt_asks_for():
+    messages = [
+        *CONVERSATION[:-1],
+        {
+            "role": "user",
+            "content": CONVERSATION[-1]["content"] + " Reply in at most 90 characters.",
+        },
+    ]
+    text = OfflineProvider().complete(messages=messages, max_tokens=1000).text
+    assert 0 < len(text) <= 90
