@@ -4,6 +4,8 @@ value stops start-up with ImproperlyConfigured naming the variable."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +106,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
-    DATABASES["default"].setdefault("TEST", {})["NAME"] = str(BASE_DIR / "test-db.sqlite3")
+    # A file (not :memory:) so worker threads and test servers share the test database; one per
+    # process so concurrent test runs on one machine never share it.
+    DATABASES["default"].setdefault("TEST", {})["NAME"] = str(
+        Path(tempfile.gettempdir()) / f"cadau-test-{os.getpid()}.sqlite3"
+    )
 DATABASES["default"]["CONN_MAX_AGE"] = _strict(env.int, "DB_CONN_MAX_AGE", default=0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -181,6 +187,12 @@ LLM_CONNECT_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_CONNECT_TIMEOUT_SEC
 LLM_MAX_RETRIES: int = _strict(env.int, "LLM_MAX_RETRIES", default=2)
 if LLM_BASE_URL and not LLM_BASE_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured("LLM_BASE_URL must start with http:// or https://")
+
+# A send that arrives while the session's previous reply is still generating waits this long
+# for it (a queue of one) before it is refused with `reply_in_progress`.
+CHAT_SEND_QUEUE_SECONDS: float = _strict(env.float, "CHAT_SEND_QUEUE_SECONDS", default=30.0)
+# After a reply, compact in a background thread when the next turn would cross the threshold.
+CHAT_BACKGROUND_COMPACTION: bool = _strict(env.bool, "CHAT_BACKGROUND_COMPACTION", default=True)
 
 # Rolling-context knobs: environment, then the `chat_context` section of CADAU_CONFIG (the
 # seed's mindlink.json), which overrides the environment as the seed specifies.

@@ -38,3 +38,10 @@ def outsider_api(outsider) -> APIClient:
 @pytest.fixture
 def anon_api() -> APIClient:
     return APIClient()
+
+
+@pytest.fixture(autouse=True)
+def _no_background_compaction(settings):
+    """Background compaction runs in worker threads, which cannot see a test's uncommitted
+    transaction; tests that exercise it turn it back on with `transactional_db`."""
+    settings.CHAT_BACKGROUND_COMPACTION = False

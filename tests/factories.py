@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import factory
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 
 from chat.models import (
     Agent,
@@ -15,7 +16,7 @@ from chat.models import (
 )
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[User]):
     class Meta:
         model = get_user_model()
         django_get_or_create = ("username",)
@@ -24,7 +25,7 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.django.Password("pw-for-tests-1")
 
 
-class AgentFactory(factory.django.DjangoModelFactory):
+class AgentFactory(factory.django.DjangoModelFactory[Agent]):
     class Meta:
         model = Agent
 
@@ -33,7 +34,7 @@ class AgentFactory(factory.django.DjangoModelFactory):
     system_prompt = "You are a careful assistant."
 
 
-class ChatSessionFactory(factory.django.DjangoModelFactory):
+class ChatSessionFactory(factory.django.DjangoModelFactory[ChatSession]):
     class Meta:
         model = ChatSession
 
@@ -41,7 +42,7 @@ class ChatSessionFactory(factory.django.DjangoModelFactory):
     title = factory.Sequence(lambda n: f"Chat {n}")
 
 
-class ChatMessageFactory(factory.django.DjangoModelFactory):
+class ChatMessageFactory(factory.django.DjangoModelFactory[ChatMessage]):
     class Meta:
         model = ChatMessage
 
@@ -70,7 +71,7 @@ def make_conversation(session: ChatSession, *, turns: int, words: int = 5) -> li
     return created
 
 
-class ContextSnapshotFactory(factory.django.DjangoModelFactory):
+class ContextSnapshotFactory(factory.django.DjangoModelFactory[ContextSnapshot]):
     """A committed compaction by default: `summary` stands for messages <= summary_through."""
 
     class Meta:

@@ -4,7 +4,7 @@ as a missing one, instead of Django's HTML 404."""
 
 from django.urls import path
 
-from chat.api import views
+from chat.api import send, views
 
 urlpatterns = [
     path("auth/token", views.TokenView.as_view(), name="api-token"),
@@ -22,4 +22,11 @@ urlpatterns = [
     path("chat/history", views.HistoryView.as_view(), name="chat-history"),
     path("chat/history/turns", views.TurnsView.as_view(), name="chat-history-turns"),
     path("chat/truncate", views.TruncateView.as_view(), name="chat-truncate"),
+    path("chat/send", send.SendView.as_view(), name="chat-send"),
+    path("chat/regenerate", send.RegenerateView.as_view(), name="chat-regenerate"),
+    path(
+        "chat/sessions/<str:session_id>/compact",
+        send.CompactView.as_view(),
+        name="chat-session-compact",
+    ),
 ]

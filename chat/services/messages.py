@@ -1,0 +1,239 @@
+"""Writes of chat messages for a turn: the user message and the assistant reply row.
+
+A turn starts under the session row lock, so idempotency on `client_id`, "one reply at a time"
+and the denormalised counters are decided by one writer at a time, on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from chat.api.errors import ApiError
+from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
+from chat.services.events import event_publish_on_commit
+
+# A reply row still `streaming` with no progress saved for this long belongs to a dead process.
+STALE_STREAMING_SECONDS = 120
+MAX_CONTENT_RUNES = 200_000
+MAX_CLIENT_ID = 64
+
+
+@dataclass(slots=True)
+class TurnStart:
+    user_message: ChatMessage
+    assistant_message: ChatMessage | None
+    # False when client_id matched an earlier send: nothing new was stored.
+    created: bool
+
+
+def message_payload(message: ChatMessage) -> dict[str, Any]:
+    """The contract's message object (API and events share it)."""
+    return {
+        "id": message.pk,
+        "session_id": message.session_id,
+        "role": message.role,
+        "content": message.content,
+        "status": message.status,
+        "created_at": message.created_at.isoformat().replace("+00:00", "Z"),
+        "client_id": message.client_id,
+        "tool_calls": message.tool_calls,
+        "tool_call_id": message.tool_call_id or None,
+        "metadata": message.metadata,
+    }
+
+
+def _reply_to(user_message: ChatMessage) -> ChatMessage | None:
+    return (
+        ChatMessage.objects.filter(
+            session_id=user_message.session_id,
+            role=MessageRole.ASSISTANT,
+            metadata__reply_to=user_message.pk,
+        )
+        .order_by("-id")
+        .first()
+    )
+
+
+def _active_reply(session_id: int) -> ChatMessage | None:
+    fresh_since = timezone.now() - timedelta(seconds=STALE_STREAMING_SECONDS)
+    return (
+        ChatMessage.objects.filter(
+            session_id=session_id, status=MessageStatus.STREAMING, updated_at__gte=fresh_since
+        )
+        .only("id")
+        .first()
+    )
+
+
+def validate_content(*, content: Any) -> str:
+    if not isinstance(content, str) or not content.strip():
+        raise ApiError("content must be a non-empty string", code="invalid")
+    if len(content) > MAX_CONTENT_RUNES:
+        raise ApiError(
+            f"content has {len(content)} characters; the limit is {MAX_CONTENT_RUNES}",
+            code="message_too_large",
+        )
+    return content
+
+
+def validate_client_id(*, client_id: Any) -> str | None:
+    if client_id is None or client_id == "":
+        return None
+    if not isinstance(client_id, str) or len(client_id) > MAX_CLIENT_ID:
+        raise ApiError(f"client_id must be a string of at most {MAX_CLIENT_ID} characters")
+    return client_id
+
+
+def turn_start(
+    *,
+    session: ChatSession,
+    content: str,
+    client_id: str | None,
+    wait_seconds: float | None = None,
+) -> TurnStart:
+    """Store the user message and an empty `streaming` reply row in one transaction.
+
+    Idempotent on client_id: a repeat returns the original messages and stores nothing. While
+    another reply of the session is generating, waits up to `wait_seconds` for it to finish
+    (a queue of one), then refuses with `reply_in_progress`: replies never interleave."""
+    wait = settings.CHAT_SEND_QUEUE_SECONDS if wait_seconds is None else wait_seconds
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            started = _turn_start_once(session=session, content=content, client_id=client_id)
+        except IntegrityError:
+            # Two sends with one client_id raced past the lookup; the loser returns the winner's.
+            continue
+        if started is not None:
+            return started
+        if time.monotonic() >= deadline:
+            raise ApiError(
+                "Another reply is still being generated in this session; try again when it "
+                "finishes, or cancel it.",
+                code="reply_in_progress",
+                status_code=409,
+            )
+        time.sleep(0.1)
+
+
+def _turn_start_once(
+    *, session: ChatSession, content: str, client_id: str | None
+) -> TurnStart | None:
+    with transaction.atomic():
+        locked = ChatSession.objects.select_for_update().get(pk=session.pk)
+        if client_id is not None:
+            existing = ChatMessage.objects.filter(session=locked, client_id=client_id).first()
+            if existing is not None:
+                return TurnStart(
+                    user_message=existing, assistant_message=_reply_to(existing), created=False
+                )
+        if _active_reply(locked.pk) is not None:
+            return None
+        now = timezone.now()
+        user_message = ChatMessage.objects.create(
+            session=locked,
+            role=MessageRole.USER,
+            content=content,
+            client_id=client_id,
+            created_at=now,
+        )
+        assistant = ChatMessage.objects.create(
+            session=locked,
+            role=MessageRole.ASSISTANT,
+            content="",
+            status=MessageStatus.STREAMING,
+            metadata={"reply_to": user_message.pk},
+            created_at=now,
+        )
+        ChatSession.objects.filter(pk=locked.pk).update(
+            message_count=F("message_count") + 2, last_activity_at=now
+        )
+        event_publish_on_commit(
+            session_id=locked.pk,
+            event={"type": "message", "message": message_payload(user_message)},
+        )
+        return TurnStart(user_message=user_message, assistant_message=assistant, created=True)
+
+
+def reply_restart(*, session: ChatSession, assistant_message: ChatMessage) -> ChatMessage:
+    """Regenerate / retry: the reply row goes back to `streaming` with empty content."""
+    with transaction.atomic():
+        ChatSession.objects.select_for_update().get(pk=session.pk)
+        if _active_reply(session.pk) is not None:
+            raise ApiError(
+                "Another reply is still being generated in this session.",
+                code="reply_in_progress",
+                status_code=409,
+            )
+        assistant_message.content = ""
+        assistant_message.status = MessageStatus.STREAMING
+        assistant_message.metadata = {
+            k: v for k, v in assistant_message.metadata.items() if k not in ("error",)
+        }
+        assistant_message.save(update_fields=["content", "status", "metadata", "updated_at"])
+    return assistant_message
+
+
+def reply_progress(*, message_id: int, content: str) -> None:
+    """Save the reply as it grows (called in batches, not per token). Bumps updated_at, which is
+    also the liveness signal that keeps the row from being swept as stale."""
+    ChatMessage.objects.filter(pk=message_id, status=MessageStatus.STREAMING).update(
+        content=content, updated_at=timezone.now()
+    )
+
+
+def reply_finish(
+    *,
+    message_id: int,
+    content: str,
+    status: str,
+    metadata: dict[str, Any] | None = None,
+) -> ChatMessage:
+    with transaction.atomic():
+        message = ChatMessage.objects.select_for_update().get(pk=message_id)
+        message.content = content
+        message.status = status
+        if metadata:
+            message.metadata = {**message.metadata, **metadata}
+        message.save(update_fields=["content", "status", "metadata", "updated_at"])
+        ChatSession.objects.filter(pk=message.session_id).update(last_activity_at=timezone.now())
+    return message
+
+
+def tool_message_create(
+    *, session_id: int, role: str, content: str, tool_calls: Any = None, tool_call_id: str = ""
+) -> ChatMessage:
+    """Tool-loop rounds are stored as ordinary messages (assistant with tool_calls, tool)."""
+    with transaction.atomic():
+        message = ChatMessage.objects.create(
+            session_id=session_id,
+            role=role,
+            content=content,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+        )
+        ChatSession.objects.filter(pk=session_id).update(
+            message_count=F("message_count") + 1, last_activity_at=timezone.now()
+        )
+    return message
+
+
+def streaming_sweep(*, older_than_seconds: int = STALE_STREAMING_SECONDS) -> int:
+    """Mark replies left `streaming` by a dead process as failed, so nothing stays stuck."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
+    stale = ChatMessage.objects.filter(status=MessageStatus.STREAMING, updated_at__lt=cutoff)
+    count = 0
+    for message in stale.only("id", "metadata"):
+        message.status = MessageStatus.FAILED
+        message.metadata = {**message.metadata, "error": "interrupted: the server stopped"}
+        message.save(update_fields=["status", "metadata", "updated_at"])
+        count += 1
+    return count

@@ -1,0 +1,292 @@
+"""Generating one assistant reply: the one code path behind REST, server-sent events and the
+WebSocket. It runs as a coroutine that is independent of whoever asked for it: a caller that goes
+away (socket dropped, HTTP client gone) does not stop it, and the reply is stored either way.
+
+Events follow the WebSocket contract and go to the session's channel group (every socket, every
+process) and, when given, to a local `emit` callback (the server-sent-events response)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from chat.llm import get_provider
+from chat.llm.base import ContextLengthExceeded, LLMError, StreamInterrupted
+from chat.models import ChatMessage, ChatSession, MessageStatus
+from chat.services import context as ctx
+from chat.services.background import background_submit
+from chat.services.events import event_publish_async, event_publish_now
+from chat.services.messages import message_payload, reply_finish, reply_progress
+
+logger = logging.getLogger("chat.reply")
+
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+# Progress saves: at most this often, so a long reply costs a handful of UPDATEs, not one per
+# token, and a crash loses at most this much text.
+SAVE_EVERY_SECONDS = 0.5
+
+
+def _blocking(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """Run slow sync work (a summarising LLM call inside compaction) off the request's sync
+    thread, with Django's connection hygiene."""
+    return database_sync_to_async(fn, thread_sensitive=False)
+
+
+async def _send(session_id: int, emit: Emit | None, event: dict[str, Any]) -> None:
+    await event_publish_async(session_id=session_id, event=event)
+    if emit is not None:
+        await emit(event)
+
+
+def _compaction_state(outcome: str) -> str:
+    return "done" if outcome in ("committed", "skipped", "busy", "conflict") else "failed"
+
+
+def _budget(session_id: int) -> dict[str, Any]:
+    session = ChatSession.objects.select_related("agent").get(pk=session_id)
+    return ctx.context_budget_for(session=session)
+
+
+async def reply_generate(
+    *,
+    session_id: int,
+    assistant_message_id: int,
+    query: str,
+    emit: Emit | None = None,
+) -> ChatMessage:
+    """Generate, stream and store the reply row `assistant_message_id` (status `streaming`)."""
+    try:
+        return await _generate(
+            session_id=session_id, assistant_message_id=assistant_message_id, query=query, emit=emit
+        )
+    except asyncio.CancelledError:
+        # Cancelled by the user (or the server shutting down): keep what was produced.
+        message = await asyncio.shield(
+            database_sync_to_async(_finish_cancelled)(assistant_message_id)
+        )
+        await asyncio.shield(_done(session_id, emit, message))
+        raise
+
+
+def _finish_cancelled(message_id: int) -> ChatMessage:
+    current = ChatMessage.objects.get(pk=message_id)
+    if current.status != MessageStatus.STREAMING:
+        return current
+    return reply_finish(
+        message_id=message_id,
+        content=current.content,
+        status=MessageStatus.CANCELLED,
+    )
+
+
+async def _done(session_id: int, emit: Emit | None, message: ChatMessage) -> None:
+    budget = await database_sync_to_async(_budget)(session_id)
+    await _send(
+        session_id,
+        emit,
+        {"type": "done", "message": message_payload(message), "context_budget": budget},
+    )
+
+
+async def _generate(
+    *, session_id: int, assistant_message_id: int, query: str, emit: Emit | None
+) -> ChatMessage:
+    started = time.monotonic()
+    state = await database_sync_to_async(_state)(session_id, query)
+    needed = ctx.context_needs_roll(state=state)
+    # The seed's loop runs on every send (it reads its history window each time); ours only
+    # when the payload is over the threshold.
+    if needed or state.cfg.strategy == "seed":
+        if needed:
+            await _send(session_id, emit, {"type": "compaction", "state": "started"})
+        roll = await _blocking(ctx.context_roll)(
+            session_id=session_id, trigger="before_send", query=query
+        )
+        if needed:
+            await _send(
+                session_id, emit, {"type": "compaction", "state": _compaction_state(roll.outcome)}
+            )
+        if roll.changed:
+            state = await database_sync_to_async(_state)(session_id, query)
+    try:
+        payload = await database_sync_to_async(ctx.context_payload)(
+            session_id=session_id, query=query, compact=False, state=state
+        )
+    except ctx.PayloadTooLarge as exc:
+        return await _fail(
+            session_id, emit, assistant_message_id, "", "context_too_large", str(exc)
+        )
+
+    provider = get_provider()
+    session = await database_sync_to_async(ChatSession.objects.select_related("agent").get)(
+        pk=session_id
+    )
+    model = (session.agent.model if session.agent else "") or None
+    text = ""
+    retried_context = False
+    while True:
+        try:
+            text, finish = await _stream(
+                provider=provider,
+                messages=payload.messages,
+                model=model,
+                session_id=session_id,
+                message_id=assistant_message_id,
+                emit=emit,
+            )
+            break
+        except ContextLengthExceeded as exc:
+            # Our rune estimate was too generous for this model: compact hard and retry once.
+            if retried_context:
+                return await _fail(
+                    session_id, emit, assistant_message_id, "", "context_too_large", str(exc)
+                )
+            retried_context = True
+            await _send(session_id, emit, {"type": "compaction", "state": "started"})
+            roll = await _blocking(ctx.context_roll)(
+                session_id=session_id, trigger="context_error", force=True, query=query
+            )
+            await _send(
+                session_id, emit, {"type": "compaction", "state": _compaction_state(roll.outcome)}
+            )
+            payload = await database_sync_to_async(ctx.context_payload)(
+                session_id=session_id, query=query, compact=False
+            )
+        except StreamInterrupted as exc:
+            return await _fail(
+                session_id, emit, assistant_message_id, exc.partial, "llm_stream_cut", str(exc)
+            )
+        except LLMError as exc:
+            return await _fail(session_id, emit, assistant_message_id, "", "llm_error", str(exc))
+
+    message = await database_sync_to_async(reply_finish)(
+        message_id=assistant_message_id,
+        content=text,
+        status=MessageStatus.COMPLETE,
+        metadata={
+            "model": model or provider.model,
+            "provider": provider.name,
+            "usage": finish.get("usage"),
+            "payload_runes": payload.runes,
+            "payload_dropped": payload.dropped,
+            "duration_ms": int((time.monotonic() - started) * 1000),
+        },
+    )
+    await _done(session_id, emit, message)
+    await database_sync_to_async(_maybe_compact_later)(session_id, len(query))
+    return message
+
+
+def _state(session_id: int, query: str) -> ctx.ContextState:
+    session = ChatSession.objects.select_related("agent").get(pk=session_id)
+    return ctx.context_state_read(session=session, query=query)
+
+
+async def _stream(
+    *,
+    provider: Any,
+    messages: list[dict[str, Any]],
+    model: str | None,
+    session_id: int,
+    message_id: int,
+    emit: Emit | None,
+) -> tuple[str, dict[str, Any]]:
+    parts: list[str] = []
+    saved_at = time.monotonic()
+    finish: dict[str, Any] = {}
+    try:
+        async for event in provider.astream_chat(messages=messages, model=model):
+            if event.kind == "delta" and event.text:
+                parts.append(event.text)
+                await _send(
+                    session_id,
+                    emit,
+                    {"type": "delta", "message_id": message_id, "text": event.text},
+                )
+                if time.monotonic() - saved_at >= SAVE_EVERY_SECONDS:
+                    saved_at = time.monotonic()
+                    await database_sync_to_async(reply_progress)(
+                        message_id=message_id, content="".join(parts)
+                    )
+            elif event.kind == "done":
+                usage = event.usage
+                finish = {
+                    "finish_reason": event.finish_reason,
+                    "usage": None
+                    if usage is None
+                    else {
+                        "prompt_tokens": usage.prompt_tokens,
+                        "completion_tokens": usage.completion_tokens,
+                        "total_tokens": usage.total_tokens,
+                    },
+                }
+                if event.text and not parts:
+                    parts.append(event.text)
+    except asyncio.CancelledError:
+        await asyncio.shield(
+            database_sync_to_async(reply_progress)(message_id=message_id, content="".join(parts))
+        )
+        raise
+    except StreamInterrupted as exc:
+        exc.partial = exc.partial or "".join(parts)
+        raise
+    return "".join(parts), finish
+
+
+async def _fail(
+    session_id: int, emit: Emit | None, message_id: int, partial: str, code: str, error: str
+) -> ChatMessage:
+    logger.warning(
+        "chat_reply_failed session=%s message=%s code=%s error=%s",
+        session_id,
+        message_id,
+        code,
+        error,
+    )
+    message = await database_sync_to_async(reply_finish)(
+        message_id=message_id,
+        content=partial,
+        status=MessageStatus.FAILED,
+        metadata={"error": error[:2000], "error_code": code},
+    )
+    await _send(session_id, emit, {"type": "error", "code": code, "message": error[:500]})
+    await _done(session_id, emit, message)
+    return message
+
+
+def _maybe_compact_later(session_id: int, next_message_runes: int) -> None:
+    """Compact now, in the background, if the next turn would cross the threshold: then the next
+    send rarely waits for a summary. The seed's strategy has no such step (it compacts inline)."""
+    if not settings.CHAT_BACKGROUND_COMPACTION:
+        return
+    session = ChatSession.objects.select_related("agent").get(pk=session_id)
+    cfg = ctx.context_config_for(session=session)
+    if cfg.strategy != "cadau":
+        return
+    # Expect the next turn to be about as long as this one's question plus its answer.
+    if not ctx.context_would_cross_threshold(
+        session=session, next_message_runes=max(next_message_runes, 200) * 2
+    ):
+        return
+    background_submit(compact_with_events, session_id=session_id, trigger="after_reply")
+
+
+def compact_with_events(
+    *, session_id: int, trigger: ctx.Trigger, force: bool = False, instructions: str = ""
+) -> ctx.RollResult:
+    """Compaction with `compaction` events around it (background and "compact now")."""
+    event_publish_now(session_id=session_id, event={"type": "compaction", "state": "started"})
+    result = ctx.context_roll(
+        session_id=session_id, trigger=trigger, force=force, instructions=instructions
+    )
+    event_publish_now(
+        session_id=session_id,
+        event={"type": "compaction", "state": _compaction_state(result.outcome)},
+    )
+    return result

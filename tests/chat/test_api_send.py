@@ -1,0 +1,219 @@
+"""POST /api/v1/chat/send (JSON and server-sent events), regenerate and compact-now, with the
+real httpx client talking to the fake LLM server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from cadau.contextconfig import ContextConfig
+from chat.models import ChatMessage, ChatSession
+from tests.factories import ChatSessionFactory, make_conversation
+
+# The reply runs through database_sync_to_async, which cannot share a test transaction.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _sse_events(response) -> list[dict]:
+    async def collect() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    raw = async_to_sync(collect)().decode()
+    events = []
+    for block in raw.split("\n\n"):
+        for line in block.splitlines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+    return events
+
+
+def test_send_stores_both_messages_and_returns_the_budget(api, owner, fake_llm):
+    session = ChatSessionFactory(owner=owner)
+    fake_llm.script("Hello there, human.")
+    r = api.post("/api/v1/chat/send", {"session_id": session.pk, "content": "hi"}, format="json")
+    assert r.status_code == 200, r.content
+    body = r.json()
+    assert body["user_message"]["content"] == "hi"
+    assert body["assistant_message"]["content"] == "Hello there, human."
+    assert body["assistant_message"]["status"] == "complete"
+    assert set(body["context_budget"]) == {"used_runes", "limit_runes", "used_pct"}
+    assert body["context_budget"]["used_runes"] > 0
+    session.refresh_from_db()
+    assert session.message_count == 2
+    # the model saw the system prompt and the user's message
+    sent = fake_llm.calls[-1].body["messages"]
+    assert sent[0]["role"] == "system" and sent[-1] == {"role": "user", "content": "hi"}
+
+
+def test_same_client_id_twice_creates_one_message(api, owner, fake_llm):
+    session = ChatSessionFactory(owner=owner)
+    payload = {"session_id": session.pk, "content": "once", "client_id": "abc-1"}
+    first = api.post("/api/v1/chat/send", payload, format="json").json()
+    second = api.post("/api/v1/chat/send", payload, format="json").json()
+    assert first["user_message"]["id"] == second["user_message"]["id"]
+    assert first["assistant_message"]["id"] == second["assistant_message"]["id"]
+    assert ChatMessage.objects.filter(session=session).count() == 2
+    assert fake_llm.count("chat") == 1
+
+
+def test_event_stream_follows_the_websocket_contract(api, owner, fake_llm):
+    session = ChatSessionFactory(owner=owner)
+    fake_llm.script("one two three")
+    r = api.post(
+        "/api/v1/chat/send",
+        {"session_id": session.pk, "content": "stream please"},
+        format="json",
+        HTTP_ACCEPT="text/event-stream",
+    )
+    assert r.status_code == 200
+    assert r["Content-Type"].startswith("text/event-stream")
+    events = _sse_events(r)
+    types = [e["type"] for e in events]
+    assert types[0] == "message" and types[-1] == "done"
+    assert "delta" in types
+    text = "".join(e["text"] for e in events if e["type"] == "delta")
+    assert text == "one two three"
+    done = events[-1]
+    assert done["message"]["content"] == "one two three"
+    assert done["message"]["status"] == "complete"
+    assert "context_budget" in done
+
+
+def test_upstream_failure_keeps_the_user_message_and_marks_the_reply_failed(api, owner, fake_llm):
+    session = ChatSessionFactory(owner=owner)
+    fake_llm.fail_next("500", times=10, target="chat")
+    r = api.post("/api/v1/chat/send", {"session_id": session.pk, "content": "hi"}, format="json")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["user_message"]["content"] == "hi"
+    assert body["assistant_message"]["status"] == "failed"
+    assert body["assistant_message"]["metadata"]["error_code"] == "llm_error"
+    # retry via regenerate once the model is back
+    fake_llm.reset()
+    fake_llm.script("better now")
+    r = api.post("/api/v1/chat/regenerate", {"session_id": session.pk}, format="json")
+    assert r.status_code == 200, r.content
+    assert r.json()["assistant_message"]["content"] == "better now"
+    assert ChatMessage.objects.filter(session=session).count() == 2
+
+
+def test_stream_cut_mid_reply_stores_the_partial_text_as_failed(api, owner, fake_llm):
+    session = ChatSessionFactory(owner=owner)
+    fake_llm.script("alpha beta gamma delta epsilon")
+    fake_llm.fail_next("cut", target="chat", after_tokens=2)
+    body = api.post(
+        "/api/v1/chat/send", {"session_id": session.pk, "content": "hi"}, format="json"
+    ).json()
+    reply = body["assistant_message"]
+    assert reply["status"] == "failed"
+    assert reply["content"] and "epsilon" not in reply["content"]
+    assert reply["metadata"]["error_code"] == "llm_stream_cut"
+
+
+def test_context_length_error_compacts_and_retries(api, owner, fake_llm, settings):
+    settings.CHAT_CONTEXT = ContextConfig(
+        input_budget_runes=20000, summary_max_runes=500, min_verbatim=2
+    )
+    session = ChatSessionFactory(owner=owner)
+    make_conversation(session, turns=10, words=20)
+    fake_llm.fail_next("context_length", target="chat")
+    fake_llm.script_summary("compact summary")
+    fake_llm.script("fits now")
+    body = api.post(
+        "/api/v1/chat/send", {"session_id": session.pk, "content": "go"}, format="json"
+    ).json()
+    assert body["assistant_message"]["content"] == "fits now"
+    session.refresh_from_db()
+    assert session.context_summary == "compact summary"
+    assert fake_llm.count("summary") == 1
+
+
+def test_send_over_the_threshold_compacts_first(api, owner, fake_llm, settings):
+    settings.CHAT_CONTEXT = ContextConfig(
+        input_budget_runes=3000,
+        threshold_pct=80,
+        target_pct=50,
+        summary_max_runes=500,
+        min_verbatim=2,
+    )
+    session = ChatSessionFactory(owner=owner)
+    make_conversation(session, turns=12, words=30)
+    fake_llm.script_summary("rolled up")
+    r = api.post(
+        "/api/v1/chat/send",
+        {"session_id": session.pk, "content": "next"},
+        format="json",
+        HTTP_ACCEPT="text/event-stream",
+    )
+    events = _sse_events(r)
+    states = [e["state"] for e in events if e["type"] == "compaction"]
+    assert states == ["started", "done"]
+    assert events[-1]["context_budget"]["used_runes"] <= 3000
+    sent = [c for c in fake_llm.calls if c.kind == "chat"][-1].body["messages"]
+    assert "rolled up" in sent[0]["content"]
+
+
+def test_bad_input_is_a_400_and_stores_nothing(api, owner, fake_llm, settings):
+    session = ChatSessionFactory(owner=owner)
+    for body in (
+        {"session_id": session.pk, "content": ""},
+        {"session_id": session.pk, "content": "   "},
+        {"session_id": "x", "content": "hi"},
+        {"session_id": session.pk},
+        {"session_id": session.pk, "content": "hi", "client_id": "x" * 65},
+        {"session_id": session.pk, "content": "q" * 60_000},
+    ):
+        r = api.post("/api/v1/chat/send", body, format="json")
+        assert r.status_code == 400, (body, r.content)
+        assert "error" in r.json() and r.json()["error"]["code"]
+    assert ChatMessage.objects.count() == 0
+    assert fake_llm.count() == 0
+
+
+def test_outsider_cannot_send_regenerate_or_compact(outsider_api, owner, fake_llm):
+    session = ChatSessionFactory(owner=owner)
+    for url, body in (
+        ("/api/v1/chat/send", {"session_id": session.pk, "content": "hi"}),
+        ("/api/v1/chat/regenerate", {"session_id": session.pk}),
+        (f"/api/v1/chat/sessions/{session.pk}/compact", {}),
+    ):
+        r = outsider_api.post(url, body, format="json")
+        assert r.status_code == 404, (url, r.content)
+    assert ChatMessage.objects.count() == 0
+
+
+def test_compact_now_with_instructions(api, owner, fake_llm, settings):
+    settings.CHAT_CONTEXT = ContextConfig(
+        input_budget_runes=20000, summary_max_runes=500, min_verbatim=2
+    )
+    session = ChatSessionFactory(owner=owner)
+    make_conversation(session, turns=6, words=10)
+    fake_llm.script_summary("kept the numbers")
+    r = api.post(
+        f"/api/v1/chat/sessions/{session.pk}/compact",
+        {"instructions": "keep the numbers"},
+        format="json",
+    )
+    assert r.status_code == 200, r.content
+    assert r.json()["context_summary"] == "kept the numbers"
+    assert "keep the numbers" in fake_llm.calls[-1].body["messages"][1]["content"]
+    make_conversation(session, turns=6, words=10)
+    fake_llm.fail_next("500", times=10, target="summary")
+    r = api.post(f"/api/v1/chat/sessions/{session.pk}/compact", {}, format="json")
+    assert r.status_code == 502 and r.json()["error"]["code"] == "compaction_failed"
+    assert ChatSession.objects.get(pk=session.pk).context_summary == "kept the numbers"
+
+
+def test_offline_provider_answers_without_any_network(api, owner, settings):
+    settings.LLM_BASE_URL = ""
+    from chat.llm import reset_provider
+
+    reset_provider()
+    session = ChatSessionFactory(owner=owner)
+    body = api.post(
+        "/api/v1/chat/send", {"session_id": session.pk, "content": "hello"}, format="json"
+    ).json()
+    assert body["assistant_message"]["status"] == "complete"
+    assert "LLM_BASE_URL" in body["assistant_message"]["content"]
