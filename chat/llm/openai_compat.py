@@ -113,7 +113,7 @@ def _arguments_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def error_from_payload(payload: Any, *, status: int | None) -> tuple[str, str]:
+def error_from_payload(payload: Any) -> tuple[str, str]:
     """(message, searchable text) from the many error shapes providers use."""
     message = ""
     extra: list[str] = []
@@ -135,7 +135,7 @@ def classify_error(
     *, status: int | None, payload: Any, retry_after: float | None = None
 ) -> LLMError:
     """Turn a provider error (HTTP body or in-stream `error` object) into our exception."""
-    message, haystack = error_from_payload(payload, status=status)
+    message, haystack = error_from_payload(payload)
     label = (
         f"LLM provider error {status}: {message}" if status else f"LLM provider error: {message}"
     )
