@@ -216,7 +216,7 @@ def test_connect_refused_exhausts_retries(mode):
 
 def test_cut_after_first_tokens_raises_stream_interrupted_without_retry(provider, fake_llm, mode):
     fake_llm.fail_next("cut", after_tokens=3)
-    seen: list = []
+    seen = []
     with pytest.raises(StreamInterrupted) as info:
         stream(provider, mode, messages=USER_HI, seen=seen)
     assert info.value.partial == "Echo: one two "
