@@ -23,6 +23,7 @@ from chat.services import context as ctx
 from chat.services.background import background_submit
 from chat.services.events import event_publish_async, event_publish_now
 from chat.services.messages import message_payload, reply_finish, reply_progress
+from chat.services.toolloop import RoundsState, reply_rounds_run
 
 logger = logging.getLogger("chat.reply")
 
@@ -128,24 +129,40 @@ async def _generate(
         pk=session_id
     )
     model = (session.agent.model if session.agent else "") or None
-    text = ""
+    rounds = RoundsState(message_id=assistant_message_id)
+
+    async def stream_round(
+        *, messages: list[dict[str, Any]], message_id: int, tools: list[dict[str, Any]] | None
+    ) -> tuple[str, dict[str, Any]]:
+        return await _stream(
+            provider=provider,
+            messages=messages,
+            model=model,
+            tools=tools,
+            session_id=session_id,
+            message_id=message_id,
+            emit=emit,
+        )
+
+    async def send_event(event: dict[str, Any]) -> None:
+        await _send(session_id, emit, event)
+
     retried_context = False
     while True:
         try:
-            text, finish = await _stream(
-                provider=provider,
+            outcome = await reply_rounds_run(
+                session=session,
+                state=rounds,
                 messages=payload.messages,
-                model=model,
-                session_id=session_id,
-                message_id=assistant_message_id,
-                emit=emit,
+                stream_round=stream_round,
+                emit=send_event,
             )
             break
         except ContextLengthExceeded as exc:
             # Our rune estimate was too generous for this model: compact hard and retry once.
             if retried_context:
                 return await _fail(
-                    session_id, emit, assistant_message_id, "", "context_too_large", str(exc)
+                    session_id, emit, rounds.message_id, "", "context_too_large", str(exc)
                 )
             retried_context = True
             await _send(session_id, emit, {"type": "compaction", "state": "started"})
@@ -160,13 +177,14 @@ async def _generate(
             )
         except StreamInterrupted as exc:
             return await _fail(
-                session_id, emit, assistant_message_id, exc.partial, "llm_stream_cut", str(exc)
+                session_id, emit, rounds.message_id, exc.partial, "llm_stream_cut", str(exc)
             )
         except LLMError as exc:
-            return await _fail(session_id, emit, assistant_message_id, "", "llm_error", str(exc))
+            return await _fail(session_id, emit, rounds.message_id, "", "llm_error", str(exc))
 
+    text, finish = outcome.text, outcome.finish
     message = await database_sync_to_async(reply_finish)(
-        message_id=assistant_message_id,
+        message_id=outcome.message_id,
         content=text,
         status=MessageStatus.COMPLETE,
         metadata={
@@ -175,6 +193,7 @@ async def _generate(
             "usage": finish.get("usage"),
             "payload_runes": payload.runes,
             "payload_dropped": payload.dropped,
+            "rounds": rounds.rounds,
             "duration_ms": int((time.monotonic() - started) * 1000),
         },
     )
@@ -193,6 +212,7 @@ async def _stream(
     provider: Any,
     messages: list[dict[str, Any]],
     model: str | None,
+    tools: list[dict[str, Any]] | None,
     session_id: int,
     message_id: int,
     emit: Emit | None,
@@ -201,7 +221,7 @@ async def _stream(
     saved_at = time.monotonic()
     finish: dict[str, Any] = {}
     try:
-        async for event in provider.astream_chat(messages=messages, model=model):
+        async for event in provider.astream_chat(messages=messages, model=model, tools=tools):
             if event.kind == "delta" and event.text:
                 parts.append(event.text)
                 await _send(
@@ -218,6 +238,7 @@ async def _stream(
                 usage = event.usage
                 finish = {
                     "finish_reason": event.finish_reason,
+                    "tool_calls": [call.as_openai() for call in event.tool_calls],
                     "usage": None
                     if usage is None
                     else {
