@@ -38,6 +38,7 @@ from cadau.contextconfig import ContextConfig
 from chat.api.errors import ApiError
 from chat.llm import get_provider
 from chat.llm.base import SUMMARY_MARKER, LLMError, Message
+from chat.services.hooks import pre_roll_hooks, system_prompt_hooks
 from chat.models import (
     ChatMessage,
     ChatSession,
@@ -63,20 +64,6 @@ _EXCLUDED_STATUSES = (MessageStatus.STREAMING, MessageStatus.FAILED)
 
 Trigger = Literal["before_send", "after_reply", "context_error", "manual", "admin"]
 Outcome = Literal["committed", "failed", "rejected", "conflict", "skipped", "busy"]
-
-
-# --------------------------------------------------------------------------------------------
-# Extension points for work agents (agentmemory plugs in here; see SPEC §4).
-# --------------------------------------------------------------------------------------------
-
-#: Called with (session, messages) before messages leave the verbatim context. Raising aborts
-#: the compaction (nothing moves), so no batch is summarised without its flush record.
-PreRollHook = Callable[..., None]
-#: Called with (session, query) to add text to the system prompt (e.g. long-term memory).
-SystemPromptHook = Callable[..., str]
-
-pre_roll_hooks: list[PreRollHook] = []
-system_prompt_hooks: list[SystemPromptHook] = []
 
 
 # --------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from chat.llm import get_provider
 from chat.llm.base import ContextLengthExceeded, LLMError, StreamInterrupted
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.services import context as ctx
+from chat.services import hooks
 from chat.services.background import background_submit
 from chat.services.events import event_publish_async, event_publish_now
 from chat.services.messages import message_payload, reply_finish, reply_progress
@@ -99,6 +100,8 @@ async def _generate(
     *, session_id: int, assistant_message_id: int, query: str, emit: Emit | None
 ) -> ChatMessage:
     started = time.monotonic()
+    for event in await database_sync_to_async(_run_turn_started_hooks)(assistant_message_id):
+        await _send(session_id, emit, event)
     state = await database_sync_to_async(_state)(session_id, query)
     needed = ctx.context_needs_roll(state=state)
     # The seed's loop runs on every send (it reads its history window each time); ours only
@@ -198,8 +201,42 @@ async def _generate(
         },
     )
     await _done(session_id, emit, message)
+    await database_sync_to_async(_run_turn_finished_hooks)(message.pk)
     await database_sync_to_async(_maybe_compact_later)(session_id, len(query))
     return message
+
+
+def _turn_messages(
+    assistant_message_id: int,
+) -> tuple[ChatSession, ChatMessage | None, ChatMessage]:
+    assistant = ChatMessage.objects.select_related("session__agent").get(pk=assistant_message_id)
+    reply_to = assistant.metadata.get("reply_to")
+    user_message = ChatMessage.objects.filter(pk=reply_to).first() if reply_to else None
+    return assistant.session, user_message, assistant
+
+
+def _run_turn_started_hooks(assistant_message_id: int) -> list[dict[str, Any]]:
+    if not hooks.turn_started_hooks:
+        return []
+    session, user_message, _ = _turn_messages(assistant_message_id)
+    events: list[dict[str, Any]] = []
+    for hook in hooks.turn_started_hooks:
+        try:
+            events.extend(hook(session=session, user_message=user_message) or [])
+        except Exception:
+            logger.exception("chat_turn_started_hook_failed session=%s", session.pk)
+    return events
+
+
+def _run_turn_finished_hooks(assistant_message_id: int) -> None:
+    if not hooks.turn_finished_hooks:
+        return
+    session, user_message, assistant = _turn_messages(assistant_message_id)
+    for hook in hooks.turn_finished_hooks:
+        try:
+            hook(session=session, user_message=user_message, assistant_message=assistant)
+        except Exception:
+            logger.exception("chat_turn_finished_hook_failed session=%s", session.pk)
 
 
 def _state(session_id: int, query: str) -> ctx.ContextState:

@@ -8,6 +8,7 @@ import pytest
 from cadau.contextconfig import ContextConfig
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, MessageRole, SnapshotOutcome
 from chat.services import context as ctx
+from chat.services import hooks
 from chat.services.sessions import message_truncate
 from tests.factories import ChatSessionFactory, make_conversation
 
@@ -209,11 +210,11 @@ def test_lost_compare_and_swap_commits_nothing(fake_llm, small_budget):
     def meddle(*, session, messages):
         ChatSession.objects.filter(pk=session.pk).update(context_version=41)
 
-    ctx.pre_roll_hooks.append(meddle)
+    hooks.pre_roll_hooks.append(meddle)
     try:
         result = ctx.context_roll(session_id=session.pk, trigger="before_send")
     finally:
-        ctx.pre_roll_hooks.remove(meddle)
+        hooks.pre_roll_hooks.remove(meddle)
     assert result.outcome == "conflict"
     session.refresh_from_db()
     assert session.context_summary == "" and session.verbatim_since_message_id is None
@@ -227,11 +228,11 @@ def test_a_failing_pre_roll_hook_blocks_the_roll(fake_llm, small_budget):
     def broken_flush(*, session, messages):
         raise OSError("disk full")
 
-    ctx.pre_roll_hooks.append(broken_flush)
+    hooks.pre_roll_hooks.append(broken_flush)
     try:
         result = ctx.context_roll(session_id=session.pk, trigger="before_send")
     finally:
-        ctx.pre_roll_hooks.remove(broken_flush)
+        hooks.pre_roll_hooks.remove(broken_flush)
     assert result.outcome == "failed"
     assert fake_llm.count() == 0  # no summary without its flush record
     session.refresh_from_db()

@@ -1,0 +1,27 @@
+"""Extension points where work agents (agentmemory) plug into chat without chat importing them.
+Registered once at start-up (an AppConfig.ready()). All hooks are sync and run in worker threads.
+
+- pre_roll_hooks(session=, messages=): before messages leave the verbatim context. Raising
+  aborts that compaction (nothing moves), so no batch is summarised without its flush record.
+- system_prompt_hooks(session=, query=) -> str: text appended to the system prompt (long-term
+  memory). Must respect its own rune cap.
+- turn_started_hooks(session=, user_message=) -> list[event]: right after the user message is
+  stored; returned events (e.g. {"type": "memory", ...}) go to the session's sockets.
+- turn_finished_hooks(session=, user_message=, assistant_message=): after a reply completes.
+  Failures are logged and never affect the stored reply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+PreRollHook = Callable[..., None]
+SystemPromptHook = Callable[..., str]
+TurnStartedHook = Callable[..., list[dict[str, Any]]]
+TurnFinishedHook = Callable[..., None]
+
+pre_roll_hooks: list[PreRollHook] = []
+system_prompt_hooks: list[SystemPromptHook] = []
+turn_started_hooks: list[TurnStartedHook] = []
+turn_finished_hooks: list[TurnFinishedHook] = []
