@@ -24,7 +24,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
@@ -38,7 +38,6 @@ from cadau.contextconfig import ContextConfig
 from chat.api.errors import ApiError
 from chat.llm import get_provider
 from chat.llm.base import SUMMARY_MARKER, LLMError, Message
-from chat.services.hooks import pre_roll_hooks, system_prompt_hooks
 from chat.models import (
     ChatMessage,
     ChatSession,
@@ -47,6 +46,7 @@ from chat.models import (
     MessageStatus,
     SnapshotOutcome,
 )
+from chat.services.hooks import pre_roll_hooks, system_prompt_hooks
 
 logger = logging.getLogger("chat.context")
 
