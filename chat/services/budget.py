@@ -1,71 +1,75 @@
-"""The `context_budget` every reply carries: how much of the model's input budget the next call
-would use, in runes (characters).
+"""The `context_budget` the API shows: how much of the model's input budget the next call would
+use, in runes (characters).
 
-This is a placeholder estimate until the context engine lands: system prompt + summary + the
-verbatim tail (messages with id >= the anchor). The engine will replace the internals; the
-signature `context_budget_for(*, session) -> dict` is the contract the API relies on.
+One session: the context engine's own figure (`chat.services.context.context_budget_for`),
+so the ring a page shows matches what sends report.
 
-The session list needs a budget for up to 100 sessions per page; one aggregate per session
-would be N+1 queries. `with_context_runes` therefore computes the same estimate inside the
-page query (one correlated subquery per row, served by chat_msg_session_id_idx), and
-`context_budget_for` uses that annotation when the session carries it. Whoever changes the
-estimate must change both, which is why they live side by side here. We chose the annotation
-over a stored column because a stored figure must be kept right by every writer (send, tool
-loop, compaction, truncation), and nothing writes it yet.
+The session list needs a budget for up to 100 sessions per page, and the engine's figure is a
+few queries per session: N+1. So the list computes a close estimate inside its page query
+instead (`with_context_runes`: one correlated SUM over the verbatim tail per row, served by
+chat_msg_session_id_idx), and `context_budget_for` uses it when the session carries it. What
+the estimate leaves out: system-prompt hooks (injected memory, which may read files) and the
+JSON of tool calls. We chose this over a stored column because a stored figure must be kept
+right by every writer (send, tool loop, compaction, truncation, memory edits).
 """
 
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from django.conf import settings
-from django.db.models import IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce, Length
 
 from chat.models import ChatMessage, ChatSession
 
-ANNOTATION = "context_runes_estimate"
+ANNOTATION = "verbatim_tail_runes"
 
 _S = TypeVar("_S", bound=QuerySet[ChatSession])
 
 
-def budget_from_runes(*, used_runes: int) -> dict[str, Any]:
-    limit = int(settings.CHAT_CONTEXT.input_budget_runes)
+def budget_from_runes(*, used_runes: int, limit_runes: int) -> dict[str, Any]:
     used = max(0, int(used_runes))
     return {
         "used_runes": used,
-        "limit_runes": limit,
-        "used_pct": round(used * 100.0 / limit, 1) if limit else 0.0,
+        "limit_runes": limit_runes,
+        "used_pct": round(used * 100.0 / limit_runes, 1) if limit_runes else 0.0,
     }
 
 
 def context_budget_for(*, session: ChatSession) -> dict[str, Any]:
-    annotated = getattr(session, ANNOTATION, None)
-    if annotated is not None:
-        return budget_from_runes(used_runes=annotated)
-    messages = ChatMessage.objects.filter(session_id=session.pk)
-    if session.verbatim_since_message_id is not None:
-        messages = messages.filter(id__gte=session.verbatim_since_message_id)
-    tail = messages.aggregate(runes=Sum(Length("content")))["runes"] or 0
-    # session_for_user select_related()s the agent, so this is no extra query on API paths.
-    prompt = len(session.agent.system_prompt) if session.agent_id and session.agent else 0
-    return budget_from_runes(used_runes=prompt + len(session.context_summary) + tail)
+    # Imported here: the engine pulls in the LLM layer, which pages and lists never need loaded
+    # at import time, and this keeps selectors -> budget -> context free of import cycles.
+    from chat.services import context as engine
+
+    tail = getattr(session, ANNOTATION, None)
+    if tail is None:
+        return engine.context_budget_for(session=session)
+    # Same composition as the engine's payload, minus hooks: agent prompt (or the default),
+    # summary under its prefix, then the verbatim tail. Pure Python on the loaded row.
+    prompt = (session.agent.system_prompt.strip() if session.agent else "") or (
+        engine.DEFAULT_SYSTEM_PROMPT
+    )
+    system = engine.system_text(system_prompt=prompt, summary=session.context_summary)
+    cfg = engine.context_config_for(session=session)
+    return budget_from_runes(used_runes=len(system) + tail, limit_runes=cfg.input_budget_runes)
 
 
 def with_context_runes(queryset: _S) -> _S:
-    """Annotate each session with the same estimate `context_budget_for` computes."""
+    """Annotate each session with the rune count of its verbatim tail (id >= anchor, the
+    statuses the engine sends), for `context_budget_for`. Callers select_related("agent")."""
+    from chat.services import context as engine
+
     tail = (
-        ChatMessage.objects.filter(session_id=OuterRef("pk"))
-        .filter(Q(id__gte=Coalesce(OuterRef("verbatim_since_message_id"), Value(0))))
+        ChatMessage.objects.filter(
+            session_id=OuterRef("pk"),
+            id__gte=Coalesce(OuterRef("verbatim_since_message_id"), Value(0)),
+        )
+        .exclude(status__in=engine._EXCLUDED_STATUSES)
         .order_by()
         .values("session_id")
         .annotate(runes=Sum(Length("content")))
         .values("runes")
     )
     return queryset.annotate(
-        **{
-            ANNOTATION: Coalesce(Length("agent__system_prompt"), Value(0))
-            + Length("context_summary")
-            + Coalesce(Subquery(tail, output_field=IntegerField()), Value(0))
-        }
+        **{ANNOTATION: Coalesce(Subquery(tail, output_field=IntegerField()), Value(0))}
     )

@@ -75,18 +75,22 @@ def test_list_rejects_garbage_and_foreign_cursors(api, outsider_api, outsider):
     assert_error(api.get(SESSIONS, {"cursor": "garbage"}), 400, "invalid_cursor")
 
 
-def test_list_budget_matches_the_single_session_budget(api, owner):
+def test_list_budget_matches_the_engines_single_session_budget(api, owner):
     agent = AgentFactory(owner=owner, system_prompt="p" * 100)
     session = ChatSessionFactory(owner=owner, agent=agent, context_summary="s" * 50)
     msgs = make_conversation(session, turns=3)
+    ChatMessageFactory(session=session, role="assistant", content="x" * 999, status="failed")
     ChatSession.objects.filter(pk=session.pk).update(verbatim_since_message_id=msgs[2].pk)
-    listed = api.get(SESSIONS).json()["results"][0]["context_budget"]
-    single = api.get(f"{SESSIONS}/{session.pk}").json()["context_budget"]
-    tail = sum(len(m.content) for m in msgs[2:])
-    assert listed == single
-    assert listed["used_runes"] == 100 + 50 + tail
-    assert listed["limit_runes"] > 0
-    assert listed["used_pct"] == round((150 + tail) * 100 / listed["limit_runes"], 1)
+    plain = ChatSessionFactory(owner=owner)  # no agent, no summary, no messages
+    listed = {s["id"]: s["context_budget"] for s in api.get(SESSIONS).json()["results"]}
+    for sid in (session.pk, plain.pk):
+        single = api.get(f"{SESSIONS}/{sid}").json()["context_budget"]
+        assert listed[sid] == single
+    budget = listed[session.pk]
+    tail = sum(len(m.content) for m in msgs[2:])  # the failed reply is never sent
+    assert budget["used_runes"] > 150 + tail
+    assert budget["limit_runes"] > 0
+    assert budget["used_pct"] == round(budget["used_runes"] * 100 / budget["limit_runes"], 1)
 
 
 def test_list_query_count_is_constant(api, owner, django_assert_num_queries):

@@ -1,6 +1,7 @@
 import pytest
 
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
+from chat.services.budget import context_budget_for
 from chat.services.sessions import message_truncate
 from tests.factories import (
     ChatMessageFactory,
@@ -91,9 +92,7 @@ def test_truncate_before_the_anchor_rewinds_to_the_right_snapshot(api, session):
     assert rewind.summary == early.summary
     assert rewind.summary_through_message_id == all_ids[3]
     assert rewind.context_version == 4
-    assert body["context_budget"]["used_runes"] == len(early.summary) + sum(
-        len(m.content) for m in session.messages.filter(id__gte=all_ids[4])
-    )
+    assert body["context_budget"] == context_budget_for(session=session)
 
 
 def test_truncate_before_every_snapshot_empties_the_summary(api, session):
