@@ -185,6 +185,8 @@ LLM_SUMMARY_MODEL: str = env.str("LLM_SUMMARY_MODEL", default="") or LLM_MODEL
 LLM_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_TIMEOUT_SECONDS", default=60.0)
 LLM_CONNECT_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_CONNECT_TIMEOUT_SECONDS", default=10.0)
 LLM_MAX_RETRIES: int = _strict(env.int, "LLM_MAX_RETRIES", default=2)
+# First retry waits this long, doubling (with jitter) up to 8 s; Retry-After wins when small.
+LLM_RETRY_BACKOFF_SECONDS: float = _strict(env.float, "LLM_RETRY_BACKOFF_SECONDS", default=0.5)
 if LLM_BASE_URL and not LLM_BASE_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured("LLM_BASE_URL must start with http:// or https://")
 

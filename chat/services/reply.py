@@ -11,6 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -258,34 +259,38 @@ async def _stream(
     saved_at = time.monotonic()
     finish: dict[str, Any] = {}
     try:
-        async for event in provider.astream_chat(messages=messages, model=model, tools=tools):
-            if event.kind == "delta" and event.text:
-                parts.append(event.text)
-                await _send(
-                    session_id,
-                    emit,
-                    {"type": "delta", "message_id": message_id, "text": event.text},
-                )
-                if time.monotonic() - saved_at >= SAVE_EVERY_SECONDS:
-                    saved_at = time.monotonic()
-                    await database_sync_to_async(reply_progress)(
-                        message_id=message_id, content="".join(parts)
-                    )
-            elif event.kind == "done":
-                usage = event.usage
-                finish = {
-                    "finish_reason": event.finish_reason,
-                    "tool_calls": [call.as_openai() for call in event.tool_calls],
-                    "usage": None
-                    if usage is None
-                    else {
-                        "prompt_tokens": usage.prompt_tokens,
-                        "completion_tokens": usage.completion_tokens,
-                        "total_tokens": usage.total_tokens,
-                    },
-                }
-                if event.text and not parts:
+        # aclosing: on cancel the HTTP stream is closed at once, not when the GC gets to it.
+        async with aclosing(
+            provider.astream_chat(messages=messages, model=model, tools=tools)
+        ) as stream:
+            async for event in stream:
+                if event.kind == "delta" and event.text:
                     parts.append(event.text)
+                    await _send(
+                        session_id,
+                        emit,
+                        {"type": "delta", "message_id": message_id, "text": event.text},
+                    )
+                    if time.monotonic() - saved_at >= SAVE_EVERY_SECONDS:
+                        saved_at = time.monotonic()
+                        await database_sync_to_async(reply_progress)(
+                            message_id=message_id, content="".join(parts)
+                        )
+                elif event.kind == "done":
+                    usage = event.usage
+                    finish = {
+                        "finish_reason": event.finish_reason,
+                        "tool_calls": [call.as_openai() for call in event.tool_calls],
+                        "usage": None
+                        if usage is None
+                        else {
+                            "prompt_tokens": usage.prompt_tokens,
+                            "completion_tokens": usage.completion_tokens,
+                            "total_tokens": usage.total_tokens,
+                        },
+                    }
+                    if event.text and not parts:
+                        parts.append(event.text)
     except asyncio.CancelledError:
         await asyncio.shield(
             database_sync_to_async(reply_progress)(message_id=message_id, content="".join(parts))
