@@ -593,12 +593,12 @@ def _log_roll(result: RollResult, *, session_id: int) -> None:
     )
 
 
-def context_needs_roll(*, state: ContextState) -> bool:
+def context_needs_roll(*, state: ContextState, reserve_runes: int = 0) -> bool:
+    """Over the threshold now, or (with `reserve_runes`, the expected size of the next turn)
+    about to be: background compaction asks the second question."""
     cfg = state.cfg
-    return (
-        state.backlog
-        or state.runes > cfg.threshold_runes
-        or state.runes > cfg.effective_hard_limit_runes
+    return state.backlog or state.runes + reserve_runes > min(
+        cfg.threshold_runes, cfg.effective_hard_limit_runes
     )
 
 
@@ -609,6 +609,7 @@ def context_roll(
     force: bool = False,
     instructions: str = "",
     query: str = "",
+    reserve_runes: int = 0,
 ) -> RollResult:
     """Compact one session if it needs it (or `force`). Safe to call from any thread, any
     process, any number of times at once: the lease and CAS make extra callers no-ops."""
@@ -618,7 +619,7 @@ def context_roll(
     result = RollResult(outcome="skipped", trigger=trigger, runes_before=state.runes)
     result.rows_read = state.rows_read
     seed = state.cfg.strategy == "seed"
-    if not force and not seed and not context_needs_roll(state=state):
+    if not force and not seed and not context_needs_roll(state=state, reserve_runes=reserve_runes):
         result.runes_after = state.runes
         return result
     token = _lease_claim(session_id=session.pk)
@@ -910,8 +911,9 @@ def context_budget_for(*, session: ChatSession) -> dict[str, Any]:
 
 
 def context_would_cross_threshold(*, session: ChatSession, next_message_runes: int) -> bool:
-    state = context_state_read(session=session)
-    return state.backlog or state.runes + next_message_runes > state.cfg.threshold_runes
+    return context_needs_roll(
+        state=context_state_read(session=session), reserve_runes=next_message_runes
+    )
 
 
 def context_check_fits(*, session: ChatSession, content: str) -> None:

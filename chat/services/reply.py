@@ -333,20 +333,30 @@ def _maybe_compact_later(session_id: int, next_message_runes: int) -> None:
     if cfg.strategy != "cadau":
         return
     # Expect the next turn to be about as long as this one's question plus its answer.
-    if not ctx.context_would_cross_threshold(
-        session=session, next_message_runes=max(next_message_runes, 200) * 2
-    ):
+    reserve = max(next_message_runes, 200) * 2
+    if not ctx.context_would_cross_threshold(session=session, next_message_runes=reserve):
         return
-    background_submit(compact_with_events, session_id=session_id, trigger="after_reply")
+    background_submit(
+        compact_with_events, session_id=session_id, trigger="after_reply", reserve_runes=reserve
+    )
 
 
 def compact_with_events(
-    *, session_id: int, trigger: ctx.Trigger, force: bool = False, instructions: str = ""
+    *,
+    session_id: int,
+    trigger: ctx.Trigger,
+    force: bool = False,
+    instructions: str = "",
+    reserve_runes: int = 0,
 ) -> ctx.RollResult:
     """Compaction with `compaction` events around it (background and "compact now")."""
     event_publish_now(session_id=session_id, event={"type": "compaction", "state": "started"})
     result = ctx.context_roll(
-        session_id=session_id, trigger=trigger, force=force, instructions=instructions
+        session_id=session_id,
+        trigger=trigger,
+        force=force,
+        instructions=instructions,
+        reserve_runes=reserve_runes,
     )
     event_publish_now(
         session_id=session_id,

@@ -1,0 +1,138 @@
+"""Concurrent sends and background compaction, over real threads and real DB connections."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections
+from rest_framework.test import APIClient
+
+from cadau.contextconfig import ContextConfig
+from chat.models import ChatMessage, ContextSnapshot, MessageStatus, SnapshotOutcome
+from chat.services.background import background_wait
+from tests.factories import ChatSessionFactory, make_conversation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SMALL = ContextConfig(
+    input_budget_runes=4000, threshold_pct=80, target_pct=50, summary_max_runes=600, min_verbatim=2
+)
+
+
+def _assert_summarised_at_most_once(session_id: int) -> None:
+    """Committed snapshots fold disjoint, increasing ranges: no message is summarised twice, and
+    the anchor only ever moves forward."""
+    snaps = ContextSnapshot.objects.filter(
+        session_id=session_id, outcome=SnapshotOutcome.COMMITTED
+    ).order_by("id")
+    last_to = 0
+    for snap in snaps:
+        assert snap.covers_from_message_id > last_to, "a message was summarised twice"
+        assert snap.verbatim_since_message_id > snap.covers_to_message_id
+        last_to = snap.covers_to_message_id
+
+
+def test_twenty_concurrent_sends_lose_nothing_and_summarise_each_message_once(
+    owner, fake_llm, settings
+):
+    settings.CHAT_CONTEXT = SMALL
+    settings.CHAT_SEND_QUEUE_SECONDS = 120
+    session = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=6, words=20)
+    fake_llm.configure(reply_words=60)  # replies big enough to force several compactions
+    results: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def send(i: int) -> None:
+        try:
+            client = APIClient()
+            client.force_authenticate(owner)
+            r = client.post(
+                "/api/v1/chat/send",
+                {
+                    "session_id": session.pk,
+                    "content": f"concurrent question {i}",
+                    "client_id": f"c{i}",
+                },
+                format="json",
+            )
+            results[i] = r.status_code
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=180)
+    assert not errors
+    assert results == dict.fromkeys(range(20), 200)
+
+    msgs = list(ChatMessage.objects.filter(session=session).order_by("id"))
+    users = [m.content for m in msgs if m.role == "user" and m.content.startswith("concurrent")]
+    assert sorted(users) == sorted(f"concurrent question {i}" for i in range(20))
+    # never interleaved: every new user message is followed directly by its own reply
+    for i, m in enumerate(msgs):
+        if m.role == "user" and m.content.startswith("concurrent"):
+            reply = msgs[i + 1]
+            assert reply.role == "assistant" and reply.metadata["reply_to"] == m.pk
+            assert reply.status == MessageStatus.COMPLETE
+    session.refresh_from_db()
+    assert session.message_count == len(msgs) == 12 + 40
+    assert ContextSnapshot.objects.filter(
+        session=session, outcome=SnapshotOutcome.COMMITTED
+    ).exists()
+    _assert_summarised_at_most_once(session.pk)
+
+
+def test_concurrent_compactions_of_one_session_commit_once(owner, fake_llm, settings):
+    from chat.services.context import context_roll
+
+    settings.CHAT_CONTEXT = SMALL
+    session = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=14, words=14)  # over the threshold; one chunk to fold
+    fake_llm.configure(token_ms=5)  # slow summaries widen the race window
+    outcomes: list[str] = []
+
+    def roll() -> None:
+        try:
+            outcomes.append(context_roll(session_id=session.pk, trigger="before_send").outcome)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=roll) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert outcomes.count("committed") == 1, outcomes
+    assert set(outcomes) <= {"committed", "busy", "skipped"}
+    assert fake_llm.count("summary") == 1
+    _assert_summarised_at_most_once(session.pk)
+
+
+def test_background_compaction_after_a_reply_spares_the_next_send(owner, fake_llm, settings):
+    settings.CHAT_CONTEXT = SMALL
+    settings.CHAT_BACKGROUND_COMPACTION = True
+    session = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=7, words=20)  # just under the threshold
+    client = APIClient()
+    client.force_authenticate(owner)
+    fake_llm.configure(reply_words=80)
+    r = client.post(
+        "/api/v1/chat/send", {"session_id": session.pk, "content": "push it over"}, format="json"
+    )
+    assert r.status_code == 200
+    background_wait(timeout=30)
+    snap = ContextSnapshot.objects.get(session=session)
+    assert snap.outcome == SnapshotOutcome.COMMITTED and snap.trigger == "after_reply"
+    summary_calls = fake_llm.count("summary")
+    r = client.post(
+        "/api/v1/chat/send", {"session_id": session.pk, "content": "next one"}, format="json"
+    )
+    assert r.status_code == 200
+    # the send itself did not have to wait on a summary
+    assert fake_llm.count("summary") == summary_calls
