@@ -10,7 +10,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
+from chat.services.background import background_submit
 from chat.services.budget import context_budget_for, with_context_runes
+from chat.services.context import context_reset
+from chat.services.reply import compact_with_events
 
 _SNAPSHOT_FIELDS = (
     "outcome",
@@ -116,6 +119,27 @@ class ChatSessionAdmin(admin.ModelAdmin):
     )
     inlines = (ContextSnapshotInline,)
     show_full_result_count = False
+    actions = ("recompact", "reset_summary")
+
+    @admin.action(description="Recompact now (in the background)")
+    def recompact(self, request: HttpRequest, queryset: QuerySet[ChatSession]) -> None:
+        # Summarising calls take seconds each; an operator's request must not wait on them.
+        ids = list(queryset.values_list("pk", flat=True))
+        for session_id in ids:
+            background_submit(
+                compact_with_events, session_id=session_id, trigger="admin", force=True
+            )
+        self.message_user(
+            request, f"Compaction queued for {len(ids)} session(s); see their snapshots."
+        )
+
+    @admin.action(description="Reset summary (all messages verbatim again)")
+    def reset_summary(self, request: HttpRequest, queryset: QuerySet[ChatSession]) -> None:
+        count = 0
+        for session in queryset:
+            context_reset(session=session, by=str(request.user))
+            count += 1
+        self.message_user(request, f"Summary reset for {count} session(s).")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ChatSession]:
         # The budget column comes from the same annotation the API list uses: one query.

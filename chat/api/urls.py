@@ -4,10 +4,11 @@ as a missing one, instead of Django's HTML 404."""
 
 from django.urls import path
 
-from chat.api import send, views
+from chat.api import meta, send, views
 
 urlpatterns = [
     path("auth/token", views.TokenView.as_view(), name="api-token"),
+    path("status", meta.StatusView.as_view(), name="api-status"),
     path("chat/sessions", views.SessionListCreateView.as_view(), name="chat-sessions"),
     path(
         "chat/sessions/<str:session_id>",

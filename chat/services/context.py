@@ -929,3 +929,24 @@ def context_check_fits(*, session: ChatSession, content: str) -> None:
             f"{cfg.effective_hard_limit_runes}.",
             code="message_too_large",
         )
+
+
+def context_reset(*, session: ChatSession, by: str = "") -> None:
+    """Operator action: drop the summary; every message is verbatim again (the next send
+    compacts afresh). Recorded as a snapshot, and a CAS bump stops an in-flight compaction
+    from committing a summary of the old state on top."""
+    with transaction.atomic():
+        locked = ChatSession.objects.select_for_update().get(pk=session.pk)
+        ChatSession.objects.filter(pk=locked.pk).update(
+            context_summary="",
+            verbatim_since_message_id=None,
+            context_version=F("context_version") + 1,
+        )
+        _snapshot(
+            session=locked,
+            outcome=SnapshotOutcome.RESET,
+            trigger="admin",
+            context_version=locked.context_version + 1,
+            error=f"reset by {by}" if by else "",
+        )
+    logger.info("chat_context_reset session=%s by=%s", session.pk, by)

@@ -63,3 +63,35 @@ def test_session_changelist_query_count_is_flat(admin_client, data, django_asser
     # Session, auth, the page (budget annotated), a COUNT: nothing per row.
     with django_assert_max_num_queries(8):
         assert admin_client.get(reverse("admin:chat_chatsession_changelist")).status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_actions_recompact_and_reset(client, fake_llm, settings):
+    from cadau.contextconfig import ContextConfig
+    from chat.models import ChatSession, ContextSnapshot
+    from chat.services.background import background_wait
+    from tests.factories import ChatSessionFactory, UserFactory, make_conversation
+
+    settings.CHAT_CONTEXT = ContextConfig(
+        input_budget_runes=20000, summary_max_runes=500, min_verbatim=2
+    )
+    admin_user = UserFactory.create(username="root", is_staff=True, is_superuser=True)
+    client.force_login(admin_user)
+    session = ChatSessionFactory.create()
+    make_conversation(session, turns=6, words=10)
+    fake_llm.script_summary("admin summary")
+    url = "/admin/chat/chatsession/"
+    r = client.post(url, {"action": "recompact", "_selected_action": [session.pk]})
+    assert r.status_code == 302
+    background_wait(timeout=30)
+    session.refresh_from_db()
+    assert session.context_summary == "admin summary"
+    r = client.post(url, {"action": "reset_summary", "_selected_action": [session.pk]})
+    assert r.status_code == 302
+    session = ChatSession.objects.get(pk=session.pk)
+    assert session.context_summary == "" and session.verbatim_since_message_id is None
+    assert list(
+        ContextSnapshot.objects.filter(session=session)
+        .order_by("id")
+        .values_list("outcome", "trigger")
+    ) == [("committed", "admin"), ("reset", "admin")]
