@@ -28,9 +28,15 @@ def _assert_summarised_at_most_once(session_id: int) -> None:
     ).order_by("id")
     last_to = 0
     for snap in snaps:
-        assert snap.covers_from_message_id > last_to, "a message was summarised twice"
-        assert snap.verbatim_since_message_id > snap.covers_to_message_id
-        last_to = snap.covers_to_message_id
+        start, end, anchor = (
+            snap.covers_from_message_id,
+            snap.covers_to_message_id,
+            snap.verbatim_since_message_id,
+        )
+        assert start is not None and end is not None and anchor is not None
+        assert start > last_to, "a message was summarised twice"
+        assert anchor > end
+        last_to = end
 
 
 def test_twenty_concurrent_sends_lose_nothing_and_summarise_each_message_once(
