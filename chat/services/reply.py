@@ -25,6 +25,7 @@ from chat.services import hooks
 from chat.services.background import background_submit
 from chat.services.events import event_publish_async, event_publish_now
 from chat.services.messages import message_payload, reply_finish, reply_progress
+from chat.services.realtime import generation_observe, generation_tracked
 from chat.services.toolloop import RoundsState, reply_rounds_run
 
 logger = logging.getLogger("chat.reply")
@@ -42,6 +43,7 @@ def _blocking(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
 
 
 async def _send(session_id: int, emit: Emit | None, event: dict[str, Any]) -> None:
+    generation_observe(session_id=session_id, event=event)
     await event_publish_async(session_id=session_id, event=event)
     if emit is not None:
         await emit(event)
@@ -63,18 +65,32 @@ async def reply_generate(
     query: str,
     emit: Emit | None = None,
 ) -> ChatMessage:
-    """Generate, stream and store the reply row `assistant_message_id` (status `streaming`)."""
-    try:
-        return await _generate(
+    """Generate, stream and store the reply row `assistant_message_id` (status `streaming`).
+
+    The rounds run in an inner task registered with chat.services.realtime, so a `cancel` from
+    any socket in any process can stop them: the partial is stored as `cancelled`, `done` is
+    emitted, and the cancelled message is returned (the caller was not cancelled, the reply
+    was). Cancelling the caller itself (server shutdown) stores the same and re-raises."""
+    inner = asyncio.ensure_future(
+        _generate(
             session_id=session_id, assistant_message_id=assistant_message_id, query=query, emit=emit
         )
-    except asyncio.CancelledError:
-        # Cancelled by the user (or the server shutting down): keep what was produced.
-        message = await asyncio.shield(
-            database_sync_to_async(_finish_cancelled)(assistant_message_id)
-        )
-        await asyncio.shield(_done(session_id, emit, message))
-        raise
+    )
+    async with generation_tracked(
+        session_id=session_id, message_id=assistant_message_id, task=inner
+    ):
+        try:
+            return await inner
+        except asyncio.CancelledError:
+            # Cancelled by the user (or the server shutting down): keep what was produced.
+            message = await asyncio.shield(
+                database_sync_to_async(_finish_cancelled)(assistant_message_id)
+            )
+            await asyncio.shield(_done(session_id, emit, message))
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            return message
 
 
 def _finish_cancelled(message_id: int) -> ChatMessage:
@@ -104,6 +120,10 @@ async def _generate(
     for event in await database_sync_to_async(_run_turn_started_hooks)(assistant_message_id):
         await _send(session_id, emit, event)
     state = await database_sync_to_async(_state)(session_id, query)
+    # Rows this send read to build its context (operators and the benchmark watch it: ours is
+    # the verbatim tail, the seed's loop reads its whole history window every time).
+    rows_read = state.rows_read
+    summary_calls = 0
     needed = ctx.context_needs_roll(state=state)
     # The seed's loop runs on every send (it reads its history window each time); ours only
     # when the payload is over the threshold.
@@ -117,8 +137,11 @@ async def _generate(
             await _send(
                 session_id, emit, {"type": "compaction", "state": _compaction_state(roll.outcome)}
             )
+        rows_read += roll.rows_read
+        summary_calls += roll.llm_calls
         if roll.changed:
             state = await database_sync_to_async(_state)(session_id, query)
+            rows_read += state.rows_read
     try:
         payload = await database_sync_to_async(ctx.context_payload)(
             session_id=session_id, query=query, compact=False, state=state
@@ -198,6 +221,8 @@ async def _generate(
             "payload_runes": payload.runes,
             "payload_dropped": payload.dropped,
             "rounds": rounds.rounds,
+            "rows_read": rows_read,
+            "summary_calls_waited": summary_calls,
             "duration_ms": int((time.monotonic() - started) * 1000),
         },
     )
@@ -256,6 +281,7 @@ async def _stream(
     emit: Emit | None,
 ) -> tuple[str, dict[str, Any]]:
     parts: list[str] = []
+    streamed = 0
     saved_at = time.monotonic()
     finish: dict[str, Any] = {}
     try:
@@ -265,12 +291,21 @@ async def _stream(
         ) as stream:
             async for event in stream:
                 if event.kind == "delta" and event.text:
+                    # offset: where this piece starts in the reply; lets a reconnecting socket
+                    # drop pieces its resumed partial already holds (chat/consumers.py).
+                    delta: dict[str, Any] = {
+                        "type": "delta",
+                        "message_id": message_id,
+                        "text": event.text,
+                        "offset": streamed,
+                    }
                     parts.append(event.text)
-                    await _send(
-                        session_id,
-                        emit,
-                        {"type": "delta", "message_id": message_id, "text": event.text},
-                    )
+                    streamed += len(event.text)
+                    if event.emitted_at is not None:
+                        # The provider's own emit time (the fake server sends it): lets a client
+                        # measure the latency this server adds per token (bench/realtime.py).
+                        delta["emitted_at"] = event.emitted_at
+                    await _send(session_id, emit, delta)
                     if time.monotonic() - saved_at >= SAVE_EVERY_SECONDS:
                         saved_at = time.monotonic()
                         await database_sync_to_async(reply_progress)(
