@@ -10,4 +10,5 @@ urlpatterns = [
     path("api/v1/", include("chat.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("", include("chat.web.urls")),
 ]

@@ -129,6 +129,11 @@ class HistoryQuerySerializer(serializers.Serializer):
     after = serializers.CharField(required=False, help_text="newer_cursor of a previous page")
     around = _id_field(required=False, help_text="a message id: the window centred on it")
     cursor = serializers.CharField(required=False, help_text="Deprecated alias of `before`.")
+    render = serializers.ChoiceField(
+        choices=["html"],
+        required=False,
+        help_text="`html`: each message also carries `content_html` (sanitised Markdown).",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         given = [name for name in ("before", "after", "around", "cursor") if name in attrs]

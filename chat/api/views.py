@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from chat.api import serializers as s
 from chat.api.errors import ApiError
 from chat.cursors import InvalidCursor
+from chat.rendering import render_markdown
 from chat.selectors import (
     history_page,
     session_for_user,
@@ -148,9 +149,14 @@ class HistoryView(APIView):
                 after=query.get("after"),
                 around=query.get("around"),
             )
+        messages = s.MessageSerializer(page.messages, many=True).data
+        if query.get("render") == "html":
+            # The chat page shows server-rendered, sanitised Markdown (chat/rendering.py).
+            for item, message in zip(messages, page.messages, strict=True):
+                item["content_html"] = render_markdown(message.content)
         return Response(
             {
-                "messages": s.MessageSerializer(page.messages, many=True).data,
+                "messages": messages,
                 "older_cursor": page.older_cursor,
                 "newer_cursor": page.newer_cursor,
                 "at_live_edge": page.at_live_edge,

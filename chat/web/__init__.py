@@ -1,0 +1,1 @@
+"""The server-rendered chat page (templates/chat/, static/chat/)."""

@@ -1,0 +1,57 @@
+"""Every string the chat page's JavaScript shows, translated on the server.
+
+The page embeds this catalog as JSON (never executed, so the CSP allows it) and the JS looks
+strings up by key: one translation workflow (makemessages / .po) for templates and scripts, and
+no JavaScriptCatalog round trip before the first render."""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext as _
+
+
+def js_strings() -> dict[str, str]:
+    return {
+        "you": _("You"),
+        "assistant": _("Assistant"),
+        "tool": _("Tool"),
+        "system": _("System"),
+        "copy": _("Copy"),
+        "copied": _("Copied"),
+        "edit": _("Edit"),
+        "edit_send": _("Save and send"),
+        "cancel": _("Cancel"),
+        "regenerate": _("Regenerate"),
+        "retry": _("Retry"),
+        "remember": _("Remember"),
+        "remembered": _("Saved to memory"),
+        "rename": _("Rename"),
+        "delete": _("Delete"),
+        "confirm_delete": _("Delete this chat and all its messages? This cannot be undone."),
+        "confirm_edit": _(
+            "Editing deletes this message and everything after it, then sends the new text."
+        ),
+        "confirm_rewind": _(
+            "This also rewinds the conversation summary to an earlier state. Continue?"
+        ),
+        "rename_prompt": _("New title"),
+        "untitled": _("New chat"),
+        "status_failed": _("The reply failed."),
+        "status_cancelled": _("The reply was stopped."),
+        "streaming": _("Generating…"),
+        "new_messages": _("New messages ↓"),
+        "loading": _("Loading…"),
+        "load_error": _("Could not load messages. Scroll to retry."),
+        "send_error": _("Could not send the message."),
+        "reconnecting": _("Connection lost; reconnecting…"),
+        "compaction_started": _("Compacting older turns into the summary…"),
+        "compaction_done": _("Older turns were compacted into the summary."),
+        "compaction_failed": _("Compaction failed; nothing was lost, it will be retried."),
+        "compaction_noop": _("Nothing to compact yet."),
+        "ring_title": _("Context: %(used)s of %(limit)s characters (%(pct)s%%)"),
+        "no_turns": _("No questions yet."),
+        "no_sessions": _("No chats yet."),
+        "empty_chat": _("Send a message to start."),
+        "memory_empty": _("No long-term memories yet."),
+        "no_agent": _("No agent"),
+        "error_prefix": _("Error:"),
+    }

@@ -1,0 +1,8 @@
+from django.urls import path
+
+from chat.web import views
+
+urlpatterns = [
+    path("", views.home, name="chat-home"),
+    path("chat/<int:session_id>/", views.chat_page, name="chat-page"),
+]

@@ -1,0 +1,76 @@
+"""The chat page. Thin: ownership through `session_for_user`, data from selectors, and the
+rest is the browser's job (static/chat/*.js talks to /api/v1 and /ws/chat/)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import Resolver404, resolve
+from django.views.decorators.http import require_GET
+
+from chat.api.serializers import SessionSerializer
+from chat.llm import provider_info
+from chat.models import ChatSession
+from chat.selectors import session_for_user, session_list
+from chat.web.strings import js_strings
+
+# The DOM never holds more than WINDOW_CAP messages, whatever the session's length; pages of
+# PAGE_SIZE are loaded on scroll and whole pages are dropped from the far side (SPEC section 2).
+WINDOW_CAP = 150
+PAGE_SIZE = 50
+
+
+def _route_exists(path: str) -> bool:
+    # The agents API is built in parallel with this page: its controls appear once it exists.
+    try:
+        resolve(path)
+    except Resolver404:
+        return False
+    return True
+
+
+def _page_config(*, request: HttpRequest, session: ChatSession | None) -> dict[str, Any]:
+    provider = provider_info()
+    return {
+        "session": SessionSerializer(session).data if session is not None else None,
+        "window_cap": WINDOW_CAP,
+        "page_size": PAGE_SIZE,
+        "provider": {
+            "offline": provider["offline"],
+            "name": provider["name"],
+            "model": provider["model"],
+        },
+        "features": {"agents": _route_exists("/api/v1/agents")},
+        "strings": js_strings(),
+        "language": getattr(request, "LANGUAGE_CODE", settings.LANGUAGE_CODE),
+    }
+
+
+def _render_chat(request: HttpRequest, session: ChatSession | None) -> HttpResponse:
+    config = _page_config(request=request, session=session)
+    return render(
+        request,
+        "chat/chat.html",
+        {"session": session, "config": config, "provider": config["provider"]},
+    )
+
+
+@require_GET
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """`/`: the newest session (its own URL, so a reload stays there), or the empty state."""
+    newest = session_list(user=request.user, limit=1).sessions
+    if newest:
+        return redirect("chat-page", session_id=newest[0].pk)
+    return _render_chat(request, None)
+
+
+@require_GET
+@login_required
+def chat_page(request: HttpRequest, session_id: int) -> HttpResponse:
+    session = session_for_user(user=request.user, session_id=session_id)
+    return _render_chat(request, session)

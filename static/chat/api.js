@@ -1,0 +1,102 @@
+// The /api/v1 client: same-origin fetch with the session cookie and Django's CSRF token.
+
+function csrfToken() {
+  const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+  return match ? decodeURIComponent(match[1]) : "";
+}
+
+export class ApiError extends Error {
+  constructor(status, code, message, body) {
+    super(message || code || `HTTP ${status}`);
+    this.status = status;
+    this.code = code;
+    this.body = body;
+  }
+}
+
+async function request(method, path, { query, body, signal, headers } = {}) {
+  const url = new URL(path, window.location.origin);
+  for (const [k, v] of Object.entries(query || {})) {
+    if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, String(v));
+  }
+  const init = { method, credentials: "same-origin", signal, headers: { Accept: "application/json", ...headers } };
+  if (method !== "GET") init.headers["X-CSRFToken"] = csrfToken();
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(url, init);
+  if (response.status === 204) return null;
+  let data = null;
+  try {
+    data = await response.json();
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const err = (data && data.error) || {};
+    throw new ApiError(response.status, err.code, err.message, data);
+  }
+  return data;
+}
+
+export const api = {
+  sessions: (cursor) => request("GET", "/api/v1/chat/sessions", { query: { cursor, limit: 20 } }),
+  createSession: (body) => request("POST", "/api/v1/chat/sessions", { body }),
+  session: (id) => request("GET", `/api/v1/chat/sessions/${id}`),
+  renameSession: (id, title) => request("PATCH", `/api/v1/chat/sessions/${id}`, { body: { title } }),
+  deleteSession: (id) => request("DELETE", `/api/v1/chat/sessions/${id}`),
+  history: (sessionId, params) =>
+    request("GET", "/api/v1/chat/history", { query: { session_id: sessionId, render: "html", ...params } }),
+  turns: (sessionId, cursor) =>
+    request("GET", "/api/v1/chat/history/turns", { query: { session_id: sessionId, cursor, limit: 200 } }),
+  truncate: (sessionId, messageId) =>
+    request("POST", "/api/v1/chat/truncate", { body: { session_id: sessionId, message_id: messageId } }),
+  context: (sessionId) => request("GET", `/api/v1/chat/sessions/${sessionId}/context`, { query: { snapshots_limit: 1 } }),
+  compact: (sessionId) => request("POST", `/api/v1/chat/sessions/${sessionId}/compact`, { body: {} }),
+  agents: () => request("GET", "/api/v1/agents"),
+  memoryEntries: (agentId) => request("GET", `/api/v1/agents/${agentId}/memory/entries`),
+  remember: (agentId, content, messageId) =>
+    request("POST", `/api/v1/agents/${agentId}/memory/entries`, {
+      body: { content, source_message_id: messageId },
+    }),
+};
+
+// POST with `Accept: text/event-stream`: the REST fallback of the WebSocket (same events).
+export async function streamPost(path, body, onEvent, signal) {
+  const response = await fetch(path, {
+    method: "POST",
+    credentials: "same-origin",
+    signal,
+    headers: { "Content-Type": "application/json", Accept: "text/event-stream", "X-CSRFToken": csrfToken() },
+    body: JSON.stringify(body),
+  });
+  if (!response.ok || !response.body) {
+    let data = null;
+    try {
+      data = await response.json();
+    } catch {
+      data = null;
+    }
+    const err = (data && data.error) || {};
+    throw new ApiError(response.status, err.code, err.message, data);
+  }
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let split;
+    while ((split = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, split);
+      buffer = buffer.slice(split + 2);
+      const data = block
+        .split("\n")
+        .filter((line) => line.startsWith("data:"))
+        .map((line) => line.slice(5).trimStart())
+        .join("\n");
+      if (data) onEvent(JSON.parse(data));
+    }
+  }
+}
