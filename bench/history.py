@@ -163,7 +163,8 @@ class _Server:
             if self.proc.poll() is not None:
                 break
             try:
-                httpx.get(self.base_url + "/accounts/login/", timeout=2.0)
+                # Any HTTP answer means the app is up; a GET of the token endpoint is a cheap 405.
+                httpx.get(self.base_url + "/api/v1/auth/token", timeout=2.0)
                 return
             except httpx.TransportError:
                 time.sleep(0.2)

@@ -90,3 +90,46 @@ def test_rejects_someone_elses_session() -> None:
         _run("--messages", "2", "--user", "dave", "--session-id", str(other.session_id))
     with pytest.raises(CommandError):
         _run("--messages", "0")
+
+
+# --- The benchmark's own code path (no timings here: only that it measures the right thing) ---
+
+
+def test_offset_baseline_pages_the_same_messages_as_the_history_api(settings) -> None:
+    from rest_framework.test import APIClient
+
+    settings.ROOT_URLCONF = "bench.urls"
+    user = UserFactory(username="frank")
+    sid = seed_session(user=user, messages=120, title="paged").session_id
+    client = APIClient()
+    client.force_authenticate(user)
+
+    newest = client.get("/api/v1/chat/history", {"session_id": sid, "limit": 50}).json()
+    tail = client.get("/bench/offset-history", {"session_id": sid, "offset": 70}).json()
+    assert tail["count"] == 120
+    assert [m["id"] for m in tail["messages"]] == [m["id"] for m in newest["messages"]]
+    assert tail["messages"] == newest["messages"]  # same serializer, same fields
+
+    head = client.get("/bench/offset-history", {"session_id": sid, "offset": 0}).json()
+    first_ids = list(
+        ChatSession.objects.get(pk=sid).messages.order_by("id").values_list("id", flat=True)[:50]
+    )
+    assert [m["id"] for m in head["messages"]] == first_ids
+    # The ownership check is the app's: someone else's session is a 404 here too.
+    other = APIClient()
+    other.force_authenticate(UserFactory(username="grace"))
+    assert other.get("/bench/offset-history", {"session_id": sid}).status_code == 404
+
+
+def test_report_rewrites_only_its_own_section(tmp_path) -> None:
+    from bench.report import write_section
+
+    doc = tmp_path / "benchmarks.md"
+    write_section(path=doc, name="history", body="first run")
+    write_section(path=doc, name="other", body="kept \\1 as is")
+    write_section(path=doc, name="history", body="second run")
+    text = doc.read_text()
+    assert "second run" in text and "first run" not in text
+    assert "kept \\1 as is" in text
+    assert text.index("second run") < text.index("kept")
+    assert text.count("<!-- bench:history:begin -->") == 1
