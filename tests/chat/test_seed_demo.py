@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import random
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -16,6 +17,11 @@ from chat.models import ChatSession, MessageRole
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
+
+
+def _user(username: str) -> Any:
+    # factory-boy's call is typed as returning the factory; the tests want the model instance.
+    return UserFactory(username=username)
 
 
 def _run(*args: str) -> str:
@@ -65,7 +71,7 @@ def test_text_is_deterministic_and_new_user_has_no_usable_password() -> None:
 
 
 def test_appends_to_an_existing_session_continuing_roles_and_time() -> None:
-    user = UserFactory(username="carol")
+    user = _user("carol")
     first = seed_session(user=user, messages=5, title="grow")
     seed_session(user=user, messages=6, session_id=first.session_id, batch=4)
     session = ChatSession.objects.get(pk=first.session_id)
@@ -78,14 +84,14 @@ def test_appends_to_an_existing_session_continuing_roles_and_time() -> None:
 
 
 def test_defaults_to_admin_when_it_exists() -> None:
-    UserFactory(username="admin")
+    _user("admin")
     session = _session_from(_run("--messages", "2"))
     assert session.owner.username == "admin"
 
 
 def test_rejects_someone_elses_session() -> None:
-    UserFactory(username="dave")
-    other = seed_session(user=UserFactory(username="erin"), messages=2)
+    _user("dave")
+    other = seed_session(user=_user("erin"), messages=2)
     with pytest.raises(CommandError):
         _run("--messages", "2", "--user", "dave", "--session-id", str(other.session_id))
     with pytest.raises(CommandError):
@@ -99,7 +105,7 @@ def test_offset_baseline_pages_the_same_messages_as_the_history_api(settings) ->
     from rest_framework.test import APIClient
 
     settings.ROOT_URLCONF = "bench.urls"
-    user = UserFactory(username="frank")
+    user = _user("frank")
     sid = seed_session(user=user, messages=120, title="paged").session_id
     client = APIClient()
     client.force_authenticate(user)
@@ -117,7 +123,7 @@ def test_offset_baseline_pages_the_same_messages_as_the_history_api(settings) ->
     assert [m["id"] for m in head["messages"]] == first_ids
     # The ownership check is the app's: someone else's session is a 404 here too.
     other = APIClient()
-    other.force_authenticate(UserFactory(username="grace"))
+    other.force_authenticate(_user("grace"))
     assert other.get("/bench/offset-history", {"session_id": sid}).status_code == 404
 
 
