@@ -26,6 +26,7 @@ migrate: install .env.local
 
 run: migrate
 	$(PY) manage.py ensure_local_login
+	$(PY) manage.py sweep_streaming
 	$(PY) -m daphne -b $(HOST) -p $(PORT) cadau.asgi:application
 
 test: install .env.local

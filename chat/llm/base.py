@@ -75,6 +75,9 @@ class StreamEvent:
     tool_calls: list[ToolCall] = field(default_factory=list)  # done only
     finish_reason: str | None = None  # done only
     usage: Usage | None = None  # done only
+    # delta only: the provider's emit time (time.time()) when its chunk says so (the fake
+    # server's `x_emit_ts`); used to measure the latency the app adds per token.
+    emitted_at: float | None = None
 
 
 @dataclass(slots=True)

@@ -174,6 +174,8 @@ class _StreamState:
         #: True once a delta went to the caller: from then on a retry would duplicate text.
         self.emitted = False
         self._pending: list[str] = []
+        #: `x_emit_ts` of the last chunk, when the server sends one (the fake server does).
+        self.emitted_at: float | None = None
 
     @property
     def text(self) -> str:
@@ -222,6 +224,8 @@ class _StreamState:
     def _apply(self, chunk: Any) -> str:
         if not isinstance(chunk, dict):
             raise LLMError(f"LLM stream carried an unexpected value: {_snippet(str(chunk))}")
+        emitted_at = chunk.get("x_emit_ts")
+        self.emitted_at = float(emitted_at) if isinstance(emitted_at, int | float) else None
         if chunk.get("error"):
             raise classify_error(status=None, payload=chunk)
         if chunk.get("usage"):
@@ -743,7 +747,7 @@ class OpenAICompatProvider:
                         text = state.feed_line(line)
                         if text:
                             state.emitted = True
-                            yield StreamEvent(kind="delta", text=text)
+                            yield StreamEvent(kind="delta", text=text, emitted_at=state.emitted_at)
                         if state.done:
                             break
                     state.end_of_input()

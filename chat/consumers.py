@@ -1,0 +1,187 @@
+"""WebSocket `/ws/chat/<session_id>/`: the realtime face of a chat session (SPEC, "API contract").
+
+Thin on purpose: the handshake checks, framing and dispatch live here; storing turns, running
+and cancelling replies live in chat.services.realtime and chat.services.reply.
+
+Handshake. Refused before `accept` (Daphne then answers the upgrade with HTTP 403; an ASGI test
+client sees the close code):
+- foreign Origin: refused by `AllowedHostsOriginValidator` (cadau/asgi.py);
+- 4401: not authenticated (Django session cookie; the socket carries no token header);
+- 4404: unknown session, or another user's session (indistinguishable, as in the REST API).
+
+Client -> server:
+- `{"type": "send", "content": str, "client_id": str?}`: validated like `POST /chat/send`;
+  idempotent on client_id. While another reply of the session is generating the send waits up
+  to CHAT_SEND_QUEUE_SECONDS, then fails with `reply_in_progress`. The wait never blocks this
+  socket: it can still `cancel` meanwhile. One queued send per socket.
+- `{"type": "cancel"}`: stops the session's running reply (in whatever process it runs) within
+  200 ms; the partial is stored as `cancelled` and a `done` carrying it follows.
+
+Server -> client (every socket of the session, in every process, gets the same events through
+the session's channel group; events to "this socket only" are noted):
+- `{"type": "message", "message": message}`: the stored user message of a send. Also sent to
+  this socket only (a) right after connect when the session has a reply still generating:
+  `message` is that assistant row with status `streaming` and its partial text, to which the
+  client keeps appending the `delta`s that follow (when another process generates it, the
+  partial is the last progress save, up to SAVE_EVERY_SECONDS old: the `done` event always
+  carries the full text), and (b) for a repeated client_id.
+- `{"type": "delta", "message_id": int, "text": str, "offset": int, "emitted_at"?: float}`: the
+  next piece of a reply; `offset` is where `text` starts in the reply's content (after a resume
+  this socket gets no piece twice). `emitted_at` (optional metadata) is the LLM server's own
+  emit time of the chunk when it reports one (the fake server's `x_emit_ts`); it lets a client
+  measure the latency this server adds.
+- `{"type": "compaction", "state": "started" | "done" | "failed"}`.
+- `{"type": "tool_call", "message": message}`: an assistant message with `tool_calls` (a round of
+  the agent tool loop), and `{"type": "tool_result", "message": message}`: the stored `tool`
+  message answering one call (`tool_call_id`). Emitted through the rounds seam
+  (chat/services/toolloop.py); this consumer forwards them like any other group event.
+- `{"type": "done", "message": message, "context_budget": {...}}`: the stored reply, final
+  status `complete`, `failed` or `cancelled`. To this socket only for a repeated client_id.
+- `{"type": "error", "code": str, "message": str}`: `bad_request` (not JSON, unknown type, wrong
+  field types; the socket stays open), the REST send's codes (`invalid`, `message_too_large`,
+  `reply_in_progress`, `not_found`), `nothing_to_cancel`, and reply failures broadcast to the
+  group (`llm_stream_cut`, `llm_error`, `context_too_large`, followed by `done` with the partial
+  stored as `failed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.http import Http404
+
+from chat.selectors import session_for_user
+from chat.services.events import session_group
+from chat.services.realtime import error_event, socket_cancel, socket_resume, socket_send
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+
+
+def _bad_request(message: str) -> dict[str, Any]:
+    return error_event(code="bad_request", message=message)
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    session_id: int
+    group: str
+
+    async def connect(self) -> None:
+        self.group = ""
+        self._pending_send: asyncio.Task[None] | None = None
+        self._open = False
+        self._resume: tuple[int, int] | None = None
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        try:
+            session = await database_sync_to_async(session_for_user)(
+                user=user, session_id=self.scope["url_route"]["kwargs"]["session_id"]
+            )
+        except Http404:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.session_id = session.pk
+        self.group = session_group(session.pk)
+        # Join before reading the live reply, so no delta falls between the two.
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        self._open = True
+        resume = await socket_resume(session_id=self.session_id)
+        if resume is not None:
+            message = resume["message"]
+            # Deltas already queued for this socket may repeat text the partial holds.
+            self._resume = (message["id"], len(message["content"]))
+            await self.send_json(resume)
+
+    async def disconnect(self, code: int) -> None:
+        self._open = False
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+        # A queued send is left running: the user pressed send, the turn is theirs, and a
+        # retry with the same client_id finds it.
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if text_data is None:
+            await self.send_json(_bad_request("Frames must be JSON text."))
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError:
+            await self.send_json(_bad_request("The frame is not valid JSON."))
+            return
+        if not isinstance(content, dict):
+            await self.send_json(_bad_request("A frame must be a JSON object."))
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        kind = content.get("type")
+        if kind == "send":
+            await self._on_send(content)
+        elif kind == "cancel":
+            for event in await socket_cancel(session_id=self.session_id):
+                await self.send_json(event)
+        else:
+            await self.send_json(_bad_request(f"Unknown frame type {kind!r}; send or cancel."))
+
+    async def _on_send(self, frame: dict[str, Any]) -> None:
+        text, client_id = frame.get("content"), frame.get("client_id")
+        if not isinstance(text, str):
+            await self.send_json(_bad_request("content must be a string."))
+            return
+        if client_id is not None and not isinstance(client_id, str):
+            await self.send_json(_bad_request("client_id must be a string."))
+            return
+        if self._pending_send is not None and not self._pending_send.done():
+            await self.send_json(
+                error_event(
+                    code="reply_in_progress",
+                    message="A send of this socket is still waiting for the current reply.",
+                )
+            )
+            return
+        # A task, so waiting in the session's queue never stalls this socket's receive loop.
+        self._pending_send = asyncio.ensure_future(self._send_turn(text, client_id))
+
+    async def _send_turn(self, text: str, client_id: str | None) -> None:
+        events = await socket_send(
+            user=self.scope["user"], session_id=self.session_id, content=text, client_id=client_id
+        )
+        for event in events:
+            if self._open:
+                await self.send_json(event)
+
+    async def chat_event(self, message: dict[str, Any]) -> None:
+        """A session event from the group (any process): forwarded verbatim, except the overlap
+        between a resumed partial and the deltas that follow it."""
+        event = message["event"]
+        if self._resume is not None and event.get("type") == "delta":
+            event = self._after_resume(event)
+            if event is None:
+                return
+        await self.send_json(event)
+
+    def _after_resume(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        assert self._resume is not None
+        message_id, held = self._resume
+        offset = event.get("offset")
+        if event.get("message_id") != message_id or not isinstance(offset, int):
+            return event
+        if offset >= held:
+            self._resume = None  # caught up: forward everything from here on
+            return event
+        text = event["text"][held - offset :]
+        if not text:
+            return None
+        self._resume = None
+        return {**event, "text": text, "offset": held}
+
+    @classmethod
+    async def encode_json(cls, content: Any) -> str:
+        return json.dumps(content, ensure_ascii=False)
