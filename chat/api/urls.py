@@ -4,7 +4,8 @@ as a missing one, instead of Django's HTML 404."""
 
 from django.urls import path
 
-from chat.api import meta, send, views
+from agentmemory import api as memory_api
+from chat.api import agents, meta, send, views
 
 urlpatterns = [
     path("auth/token", views.TokenView.as_view(), name="api-token"),
@@ -29,5 +30,22 @@ urlpatterns = [
         "chat/sessions/<str:session_id>/compact",
         send.CompactView.as_view(),
         name="chat-session-compact",
+    ),
+    path("agents", agents.AgentListCreateView.as_view(), name="agents"),
+    path("agents/<str:agent_id>", agents.AgentDetailView.as_view(), name="agent-detail"),
+    path(
+        "agents/<str:agent_id>/memory/daily",
+        memory_api.DailyNoteView.as_view(),
+        name="agent-memory-daily",
+    ),
+    path(
+        "agents/<str:agent_id>/memory/entries",
+        memory_api.EntryListCreateView.as_view(),
+        name="agent-memory-entries",
+    ),
+    path(
+        "agents/<str:agent_id>/memory/entries/<str:name>",
+        memory_api.EntryDetailView.as_view(),
+        name="agent-memory-entry",
     ),
 ]

@@ -1,0 +1,206 @@
+"""/api/v1/agents/{id}/memory/...: read an agent's daily notes, and list/read/create/delete its
+long-term entries. Thin views: ownership through `agent_for_user` (404 for anything not the
+caller's), names checked by the store (UnsafeName -> 400)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from agentmemory import store
+from agentmemory.hooks import entry_payload
+from chat.api.agents import AGENT_ID_PATH, ERRORS
+from chat.api.errors import ApiError
+from chat.models import Agent, ChatMessage
+from chat.selectors import agent_for_user
+
+ENTRY_NAME_PATH = OpenApiParameter(
+    "name", OpenApiTypes.STR, OpenApiParameter.PATH, description="Entry name (slug)."
+)
+
+
+class EntrySerializer(serializers.Serializer):
+    name = serializers.CharField()
+    content = serializers.CharField()
+    tags = serializers.ListField(child=serializers.CharField())
+    created = serializers.DateTimeField()
+    updated = serializers.DateTimeField()
+    source_session_id = serializers.IntegerField(allow_null=True)
+    source_message_id = serializers.IntegerField(allow_null=True)
+
+
+class EntryListSerializer(serializers.Serializer):
+    results = EntrySerializer(many=True)
+
+
+class EntryCreateSerializer(serializers.Serializer):
+    content = serializers.CharField(
+        required=False, allow_blank=True, trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS
+    )
+    source_message_id = serializers.IntegerField(required=False, min_value=1, max_value=2**63 - 1)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=40), required=False, max_length=20
+    )
+
+
+class EntryListQuerySerializer(serializers.Serializer):
+    q = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=200)
+
+
+class DailyQuerySerializer(serializers.Serializer):
+    date = serializers.DateField(required=False, input_formats=["%Y-%m-%d"])
+
+
+class DailySerializer(serializers.Serializer):
+    date = serializers.DateField()
+    markdown = serializers.CharField()
+    days = serializers.ListField(child=serializers.DateField())
+
+
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    try:
+        yield
+    except store.UnsafeName as exc:
+        raise ApiError(str(exc) or "unsafe name", code="invalid_name") from exc
+    except store.TooLarge as exc:
+        raise ApiError(str(exc), code="too_large") from exc
+    except store.MemoryNotFound as exc:
+        raise ApiError("Not found.", code="not_found", status_code=404) from exc
+
+
+def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _source_message(*, user: Any, agent: Agent, message_id: int) -> ChatMessage:
+    """The message must be in one of the caller's own sessions with this agent; anything else
+    is the same 404 as a message that does not exist."""
+    message = (
+        ChatMessage.objects.filter(pk=message_id, session__owner=user, session__agent=agent)
+        .only("id", "session_id", "content")
+        .first()
+    )
+    if message is None:
+        raise ApiError("source message not found", code="not_found", status_code=404)
+    return message
+
+
+class DailyNoteView(APIView):
+    @extend_schema(
+        operation_id="agent_memory_daily",
+        parameters=[AGENT_ID_PATH, DailyQuerySerializer],
+        responses={200: DailySerializer, **ERRORS},
+        description="One day's note (default: today) and the days that have a note.",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        agent = agent_for_user(user=request.user, agent_id=agent_id)
+        query = _valid(DailyQuerySerializer, request.query_params)
+        day: date = query.get("date") or timezone.localdate()
+        with _store_errors():
+            markdown = store.daily_note_read(agent_id=agent.pk, day=day)
+            days = store.daily_note_list(agent_id=agent.pk)
+        return Response(
+            {"date": day.isoformat(), "markdown": markdown, "days": [d.isoformat() for d in days]}
+        )
+
+
+class EntryListCreateView(APIView):
+    @extend_schema(
+        operation_id="agent_memory_entries_list",
+        parameters=[AGENT_ID_PATH, EntryListQuerySerializer],
+        responses={200: EntryListSerializer, **ERRORS},
+        description="Entries, newest first; with `q`, the BM25 matches best first.",
+    )
+    def get(self, request: Request, agent_id: str) -> Response:
+        agent = agent_for_user(user=request.user, agent_id=agent_id)
+        query = _valid(EntryListQuerySerializer, request.query_params)
+        with _store_errors():
+            if query.get("q"):
+                hits = store.entry_search(agent_id=agent.pk, query=query["q"], limit=query["limit"])
+                entries = [entry for _, entry in hits]
+            else:
+                entries = store.entry_list(agent_id=agent.pk)[: query["limit"]]
+        return Response({"results": [entry_payload(e) for e in entries]})
+
+    @extend_schema(
+        operation_id="agent_memory_entries_create",
+        parameters=[AGENT_ID_PATH],
+        request=EntryCreateSerializer,
+        responses={201: EntrySerializer, 200: EntrySerializer, **ERRORS},
+        description=(
+            'Remember something. With `source_message_id` (the "Remember" action on a '
+            "message) `content` defaults to that message's text. 201 when a new entry was "
+            "made, 200 when an existing (near-)duplicate was updated instead."
+        ),
+    )
+    def post(self, request: Request, agent_id: str) -> Response:
+        agent = agent_for_user(user=request.user, agent_id=agent_id)
+        data = _valid(EntryCreateSerializer, request.data)
+        session_id = message_id = None
+        content = data.get("content", "")
+        if "source_message_id" in data:
+            source = _source_message(
+                user=request.user, agent=agent, message_id=data["source_message_id"]
+            )
+            session_id, message_id = source.session_id, source.pk
+            content = content or source.content
+        if not content.strip():
+            raise ApiError("content must be a non-empty string", code="invalid")
+        with _store_errors():
+            try:
+                result = store.entry_write(
+                    agent_id=agent.pk,
+                    name=None,
+                    content=content,
+                    source_session_id=session_id,
+                    source_message_id=message_id,
+                    tags=[*data.get("tags", []), "remembered"],
+                )
+            except (store.UnsafeName, store.TooLarge):
+                raise
+            except ValueError as exc:
+                raise ApiError(str(exc), code="invalid") from exc
+        return Response(
+            entry_payload(result.entry),
+            status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
+        )
+
+
+class EntryDetailView(APIView):
+    @extend_schema(
+        operation_id="agent_memory_entries_retrieve",
+        parameters=[AGENT_ID_PATH, ENTRY_NAME_PATH],
+        responses={200: EntrySerializer, **ERRORS},
+    )
+    def get(self, request: Request, agent_id: str, name: str) -> Response:
+        agent = agent_for_user(user=request.user, agent_id=agent_id)
+        with _store_errors():
+            entry = store.entry_read(agent_id=agent.pk, name=name)
+        return Response(entry_payload(entry))
+
+    @extend_schema(
+        operation_id="agent_memory_entries_destroy",
+        parameters=[AGENT_ID_PATH, ENTRY_NAME_PATH],
+        responses={204: None, **ERRORS},
+    )
+    def delete(self, request: Request, agent_id: str, name: str) -> Response:
+        agent = agent_for_user(user=request.user, agent_id=agent_id)
+        with _store_errors():
+            deleted = store.entry_delete(agent_id=agent.pk, name=name)
+        if not deleted:
+            raise ApiError("Not found.", code="not_found", status_code=404)
+        return Response(status=status.HTTP_204_NO_CONTENT)
