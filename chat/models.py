@@ -126,9 +126,11 @@ class ChatMessage(models.Model):
                 condition=Q(role="user"),
                 name="chat_msg_user_turns_idx",
             ),
-            # Start-up sweep of replies left `streaming` by a crashed process.
+            # "Is a reply of this session still generating?" on every send, and the start-up
+            # sweep of replies left `streaming` by a crashed process. Partial, so it holds only
+            # the few live replies; without it the first query scans the whole session.
             models.Index(
-                fields=["status"],
+                fields=["session", "updated_at"],
                 condition=Q(status="streaming"),
                 name="chat_msg_streaming_idx",
             ),

@@ -51,12 +51,15 @@ def message_payload(message: ChatMessage) -> dict[str, Any]:
 
 
 def _reply_to(user_message: ChatMessage) -> ChatMessage | None:
+    """The newest assistant row answering `user_message`. Replies never interleave, so a turn's
+    rows lie between its user message and the next one: bound the scan to that id range (a JSON
+    lookup over a long session would otherwise read all of it)."""
+    turn = ChatMessage.objects.filter(session_id=user_message.session_id, id__gt=user_message.pk)
+    next_user = turn.filter(role=MessageRole.USER).order_by("id").values_list("id", flat=True)[:1]
+    if next_user:
+        turn = turn.filter(id__lt=next_user[0])
     return (
-        ChatMessage.objects.filter(
-            session_id=user_message.session_id,
-            role=MessageRole.ASSISTANT,
-            metadata__reply_to=user_message.pk,
-        )
+        turn.filter(role=MessageRole.ASSISTANT, metadata__reply_to=user_message.pk)
         .order_by("-id")
         .first()
     )
