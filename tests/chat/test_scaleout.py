@@ -1,0 +1,262 @@
+"""Scale-out for real: two Daphne processes on two ports share the PostgreSQL test database and
+Redis; a WebSocket client on process A sees, live, the reply to a send made on process B (over
+REST and over a WebSocket), and a cancel sent to A stops a reply generated on B.
+
+Runs only when DATABASE_URL is PostgreSQL and REDIS_URL is set (CI's second pass); SQLite and
+the in-memory layer cannot be shared between processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import websockets
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+from rest_framework.authtoken.models import Token
+
+from chat.llm.fake_server import FakeLLMServer
+from chat.models import ChatMessage, MessageStatus
+from tests.factories import ChatSessionFactory, UserFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = [
+    pytest.mark.postgres_only,
+    pytest.mark.skipif(
+        "postgresql" not in settings.DATABASES["default"]["ENGINE"] or not settings.REDIS_URL,
+        reason="needs DATABASE_URL=postgres://... and REDIS_URL (processes share both)",
+    ),
+]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _database_url() -> str:
+    # pytest-django renamed the database (test_<name>); the children must use that one.
+    db = connection.settings_dict
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    return (
+        f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:"
+        f"{db['PORT'] or 5432}/{db['NAME']}"
+    )
+
+
+class _Daphne:
+    def __init__(self, *, env: dict[str, str], log: Path) -> None:
+        self.port = _free_port()
+        self.log = log
+        self._log_file = log.open("w")
+        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
+        self.proc = subprocess.Popen(
+            [*command, "cadau.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                httpx.get(self.http + "/api/v1/auth/token", timeout=1.0)
+                return
+            except httpx.TransportError:
+                time.sleep(0.1)
+        raise RuntimeError(f"Daphne did not start:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
+
+
+@pytest.fixture
+def fake_llm_slow(fake_llm_server: FakeLLMServer) -> Iterator[FakeLLMServer]:
+    fake_llm_server.reset()
+    try:
+        yield fake_llm_server
+    finally:
+        fake_llm_server.reset()
+
+
+@pytest.fixture
+def two_daphnes(transactional_db, fake_llm_slow, tmp_path) -> Iterator[tuple[_Daphne, _Daphne]]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=_database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        # A prefix of our own: no stale groups from earlier runs, no crosstalk with other runs.
+        REDIS_PREFIX=f"cadau-scaleout-{uuid.uuid4().hex[:8]}",
+        # Session cookies are verified with the secret key: the children must share ours.
+        SECRET_KEY=settings.SECRET_KEY,
+        LLM_BASE_URL=fake_llm_slow.base_url,
+        LLM_API_KEY="test-key",
+        LLM_MODEL="fake-chat",
+        DEBUG="false",
+        CHAT_BACKGROUND_COMPACTION="false",
+        LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+    )
+    servers = (
+        _Daphne(env=env, log=tmp_path / "daphne-a.log"),
+        _Daphne(env=env, log=tmp_path / "daphne-b.log"),
+    )
+    try:
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture
+def alice(transactional_db) -> dict[str, Any]:
+    user = UserFactory(username="alice")
+    client = Client()
+    client.force_login(user)
+    return {
+        "user": user,
+        "cookie": client.cookies["sessionid"].value,
+        "token": Token.objects.create(user=user).key,
+        "session": ChatSessionFactory(owner=user),
+    }
+
+
+def _ws(server: _Daphne, session_id: int, cookie: str) -> Any:
+    return websockets.connect(
+        f"ws://127.0.0.1:{server.port}/ws/chat/{session_id}/",
+        additional_headers={"Cookie": f"sessionid={cookie}", "Origin": server.http},
+        open_timeout=10,
+    )
+
+
+async def _events_until_done(ws: Any, *, timeout: float = 15.0) -> list[tuple[float, dict]]:
+    """(receive time, event) up to and including `done`."""
+    out: list[tuple[float, dict]] = []
+    async with asyncio.timeout(timeout):
+        while True:
+            event = json.loads(await ws.recv())
+            out.append((time.monotonic(), event))
+            if event["type"] == "done":
+                return out
+
+
+def _words(n: int) -> str:
+    return " ".join(f"w{i}" for i in range(n))
+
+
+async def test_a_socket_on_process_a_sees_live_a_rest_send_on_process_b(
+    two_daphnes, alice, fake_llm_slow
+):
+    a, b = two_daphnes
+    session = alice["session"]
+    fake_llm_slow.script({"content": _words(15), "token_ms": 30})
+    async with _ws(a, session.pk, alice["cookie"]) as watcher:
+
+        def rest_send() -> tuple[float, httpx.Response]:
+            r = httpx.post(
+                b.http + "/api/v1/chat/send",
+                json={"session_id": session.pk, "content": "hello from B"},
+                headers={"Authorization": f"Token {alice['token']}"},
+                timeout=20,
+            )
+            return time.monotonic(), r
+
+        rest = asyncio.ensure_future(asyncio.to_thread(rest_send))
+        events = await _events_until_done(watcher)
+        rest_done_at, response = await rest
+    assert response.status_code == 200, response.text
+    kinds = [e["type"] for _, e in events]
+    assert kinds[0] == "message" and kinds[-1] == "done"
+    assert events[0][1]["message"]["content"] == "hello from B"
+    deltas = [(t, e) for t, e in events if e["type"] == "delta"]
+    assert "".join(e["text"] for _, e in deltas) == _words(15)
+    # Live: the pieces arrived spread over the reply, well before B answered the POST.
+    assert deltas[-1][0] - deltas[0][0] > 0.2
+    assert deltas[0][0] < rest_done_at - 0.2
+    assert response.json()["assistant_message"]["id"] == events[-1][1]["message"]["id"]
+
+
+async def test_a_websocket_send_on_b_streams_to_a_and_a_cancel_on_a_stops_it(
+    two_daphnes, alice, fake_llm_slow
+):
+    a, b = two_daphnes
+    session = alice["session"]
+    fake_llm_slow.script(
+        {"content": _words(8), "token_ms": 20},
+        {"content": _words(300), "token_ms": 40},
+    )
+    async with (
+        _ws(a, session.pk, alice["cookie"]) as on_a,
+        _ws(b, session.pk, alice["cookie"]) as on_b,
+    ):
+        # 1. A send over the socket on B, watched from A.
+        await on_b.send(json.dumps({"type": "send", "content": "first", "client_id": "k1"}))
+        seen_a = [e for _, e in await _events_until_done(on_a)]
+        seen_b = [e for _, e in await _events_until_done(on_b)]
+        assert seen_a == seen_b
+        assert seen_a[-1]["message"]["content"] == _words(8)
+
+        # 2. A long reply generated on B, cancelled through A: the cancel crosses processes.
+        await on_b.send(json.dumps({"type": "send", "content": "second"}))
+        while json.loads(await on_a.recv())["type"] != "delta":
+            pass
+        sent_at = time.monotonic()
+        await on_a.send(json.dumps({"type": "cancel"}))
+        done = (await _events_until_done(on_a))[-1]
+        elapsed = done[0] - sent_at
+        assert done[1]["message"]["status"] == "cancelled"
+        assert elapsed < 0.2, elapsed
+    stored = await asyncio.to_thread(
+        lambda: list(ChatMessage.objects.filter(session=session).order_by("id"))
+    )
+    assert [m.status for m in stored] == [
+        MessageStatus.COMPLETE,
+        MessageStatus.COMPLETE,
+        MessageStatus.COMPLETE,
+        MessageStatus.CANCELLED,
+    ]
+    assert stored[-1].content and "w299" not in stored[-1].content
+
+
+async def test_refusals_hold_on_a_real_server(two_daphnes, alice):
+    a, _ = two_daphnes
+    session = alice["session"]
+    for headers in (
+        {"Origin": a.http},  # no session cookie
+        {"Origin": "http://evil.example", "Cookie": f"sessionid={alice['cookie']}"},
+    ):
+        with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+            async with websockets.connect(
+                f"ws://127.0.0.1:{a.port}/ws/chat/{session.pk}/", additional_headers=headers
+            ):
+                pass
+        assert refused.value.response.status_code == 403
