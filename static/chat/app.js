@@ -187,8 +187,10 @@ const chat = {
   agentId: config.session ? config.session.agent_id : null,
   win: new MessageWindow({ cap: config.window_cap }),
   pageSize: config.page_size,
-  loadingOlder: false,
-  loadingNewer: false,
+  // One page load at a time, and none applied across a reset (jump, back to newest): a page is
+  // only ever joined to the window it was requested for, so the window stays contiguous.
+  loading: false,
+  generation: 0,
   socket: null,
   sse: null, // AbortController of a REST stream in flight
   streamingId: null,
@@ -356,9 +358,18 @@ function firstPaint() {
   document.documentElement.dataset.firstRender = String(Math.round(performance.now()));
 }
 
+function resetWindow(data) {
+  chat.generation += 1;
+  chat.win.reset(data);
+  // Rebuild the list outright: nothing of the previous window may linger in the DOM.
+  list().replaceChildren();
+  lastAssistantShown = null;
+  applyChange({ added: chat.win.messages });
+}
+
 async function openNewest() {
   const data = await api.history(chat.id, { limit: chat.pageSize });
-  applyChange(chat.win.reset(data));
+  resetWindow(data);
   scrollToBottom();
   $("new-messages").hidden = true;
   syncStreamingState();
@@ -366,7 +377,7 @@ async function openNewest() {
 
 async function jumpTo(messageId) {
   const data = await api.history(chat.id, { around: messageId, limit: chat.pageSize });
-  applyChange(chat.win.reset(data));
+  resetWindow(data);
   const node = nodeFor(messageId);
   if (node) {
     node.scrollIntoView({ block: "center" });
@@ -380,31 +391,22 @@ async function jumpTo(messageId) {
   requestAnimationFrame(checkEdges);
 }
 
-async function loadOlder() {
-  if (chat.loadingOlder || !chat.win.olderCursor) return;
-  chat.loadingOlder = true;
+async function loadPage(direction) {
+  const older = direction === "older";
+  const cursor = older ? chat.win.olderCursor : chat.win.newerCursor;
+  if (chat.loading || !cursor || (!older && chat.win.atLiveEdge)) return;
+  chat.loading = true;
+  const generation = chat.generation;
   try {
-    const data = await api.history(chat.id, { before: chat.win.olderCursor, limit: chat.pageSize });
-    withAnchor(() => applyChange(chat.win.prependOlder(data)));
-  } catch {
-    notice(t("load_error"));
-  } finally {
-    chat.loadingOlder = false;
-  }
-  requestAnimationFrame(checkEdges);
-}
-
-async function loadNewer() {
-  if (chat.loadingNewer || chat.win.atLiveEdge || !chat.win.newerCursor) return;
-  chat.loadingNewer = true;
-  try {
-    const data = await api.history(chat.id, { after: chat.win.newerCursor, limit: chat.pageSize });
-    withAnchor(() => applyChange(chat.win.appendNewer(data)));
+    const params = older ? { before: cursor } : { after: cursor };
+    const data = await api.history(chat.id, { ...params, limit: chat.pageSize });
+    if (generation !== chat.generation) return; // the window was replaced meanwhile
+    withAnchor(() => applyChange(older ? chat.win.prependOlder(data) : chat.win.appendNewer(data)));
     if (chat.win.atLiveEdge) $("new-messages").hidden = true;
   } catch {
     notice(t("load_error"));
   } finally {
-    chat.loadingNewer = false;
+    chat.loading = false;
   }
   requestAnimationFrame(checkEdges);
 }
@@ -413,8 +415,13 @@ function checkEdges() {
   const box = scroller();
   if (!box) return;
   const margin = Math.max(600, box.clientHeight);
-  if (box.scrollTop < margin && chat.win.olderCursor) loadOlder();
-  if (box.scrollHeight - box.scrollTop - box.clientHeight < margin && !chat.win.atLiveEdge) loadNewer();
+  // Whichever edge is closer first; the other follows when this load has landed.
+  const toTop = box.scrollTop;
+  const toBottom = box.scrollHeight - box.scrollTop - box.clientHeight;
+  const wantOlder = toTop < margin && chat.win.olderCursor;
+  const wantNewer = toBottom < margin && !chat.win.atLiveEdge;
+  if (wantOlder && (!wantNewer || toTop <= toBottom)) loadPage("older");
+  else if (wantNewer) loadPage("newer");
 }
 
 // --- Live events (WebSocket, or the REST stream when the socket is down) -------------------
@@ -492,7 +499,13 @@ function onEvent(event) {
         delete m.content_html;
       }
       const stick = nearBottom(150);
-      m.content += event.text;
+      // `offset` places the piece in the reply: a piece seen twice (resume, two transports)
+      // overwrites itself instead of doubling the text.
+      if (Number.isInteger(event.offset) && event.offset <= m.content.length) {
+        if (event.offset + event.text.length > m.content.length) {
+          m.content = m.content.slice(0, event.offset) + event.text;
+        }
+      } else m.content += event.text;
       const node = nodeFor(m.id);
       if (node) {
         if (node.dataset.status !== "streaming") updateMessageNode(node, m);
@@ -704,7 +717,7 @@ async function onMessageAction(e) {
 const turns = { cursor: undefined, loaded: false, loading: false, done: false };
 
 function turnItem(turn) {
-  const button = el("button", { type: "button", class: "turn-link", "data-message-id": turn.message_id }, el("span", { text: turn.preview }));
+  const button = el("button", { type: "button", class: "turn-link", "data-target-id": turn.message_id }, el("span", { text: turn.preview }));
   const when = new Date(turn.created_at);
   if (!Number.isNaN(when.getTime())) button.append(el("time", { datetime: turn.created_at, text: timeFormat.format(when) }));
   return el("li", { "data-turn-id": turn.message_id }, button);
@@ -753,7 +766,7 @@ function setupTurns() {
     if (!button) return;
     for (const b of $("turn-list").querySelectorAll(".turn-link[aria-current]")) b.removeAttribute("aria-current");
     button.setAttribute("aria-current", "true");
-    jumpTo(Number(button.dataset.messageId));
+    jumpTo(Number(button.dataset.targetId));
     if (window.matchMedia("(max-width: 900px)").matches) togglePanel("turns-panel", false);
   });
 }

@@ -1,0 +1,215 @@
+"""Browser tests: the real app under Daphne (HTTP + WebSockets) on a loopback port, the fake
+LLM server, and Debian's Chromium driven by Playwright.
+
+Why not pytest-django's `live_server`: it is WSGI-only, and the page streams over a WebSocket.
+So Daphne runs as a subprocess against the *test* database (the file/database pytest-django
+created for this process), and tests write through `transactional_db` so the server sees
+committed rows. The fake LLM server runs in this process; tests script it directly.
+
+Chromium is the system one (`/usr/bin/chromium`, installed by `.ci/run` when missing); without
+it the whole module is skipped with that reason. `playwright install` is never needed."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from chat.llm.fake_server import FakeLLMServer
+from tests.factories import UserFactory
+
+DAPHNE = [sys.executable, "-m", "daphne"]
+CHROMIUM = os.environ.get("CADAU_CHROMIUM", "/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "artifacts" / "screenshots"
+PASSWORD = "pw-for-tests-1"  # UserFactory's
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+# Playwright's sync API keeps an event loop running in this thread, which trips Django's
+# "async-unsafe" guard on every ORM call a test makes to set up data. The calls really are
+# synchronous (this thread, between browser steps), so the guard is a false alarm here.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.browser)
+            if not Path(CHROMIUM).exists():
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"Chromium not found at {CHROMIUM} (apt-get install chromium; "
+                        ".ci/run installs it)"
+                    )
+                )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _database_url() -> str:
+    from django.db import connection
+
+    cfg = connection.settings_dict
+    if cfg["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{cfg['NAME']}"
+    user = quote(cfg.get("USER") or "")
+    password = quote(cfg.get("PASSWORD") or "")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    return (
+        f"postgres://{auth}{cfg.get('HOST') or '127.0.0.1'}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"
+    )
+
+
+@dataclass
+class LiveApp:
+    url: str
+    fake: FakeLLMServer
+    log: Path
+
+
+@pytest.fixture(scope="session")
+def live_app(
+    django_db_setup: Any, django_db_blocker: Any, fake_llm_server: FakeLLMServer
+) -> Iterator[LiveApp]:
+    port = _free_port()
+    log = ROOT / "artifacts" / "browser-daphne.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=_database_url(),
+        DEBUG="false",
+        ALLOWED_HOSTS="127.0.0.1,localhost",
+        LLM_BASE_URL=fake_llm_server.base_url,
+        LLM_API_KEY="test-key",
+        LLM_MODEL="fake-chat",
+        LLM_SUMMARY_MODEL="fake-summary",
+        LLM_MAX_RETRIES="0",
+        LLM_TIMEOUT_SECONDS="20",
+        # Background compaction threads would outlive a test's data (flushed after each test).
+        CHAT_BACKGROUND_COMPACTION="false",
+        LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+    )
+    env.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [*DAPHNE, "-b", "127.0.0.1", "-p", str(port), "cadau.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"Daphne did not start:\n{log.read_text()[-3000:]}")
+                try:
+                    httpx.get(url + "/accounts/login/", timeout=2)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            yield LiveApp(url=url, fake=fake_llm_server, log=log)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def app(live_app: LiveApp, transactional_db: Any) -> Iterator[LiveApp]:
+    live_app.fake.reset()
+    yield live_app
+    live_app.fake.reset()
+
+
+@pytest.fixture
+def user(app: LiveApp) -> Any:
+    return UserFactory(username=f"browser-{secrets.token_hex(3)}")
+
+
+# A trap every test page carries: any payload that manages to run bumps window.__xss, and any
+# inline script/handler/style the CSP blocks is counted too (it means markup got injected).
+XSS_TRAP = """
+window.__xss = 0;
+window.__cspViolations = [];
+window.alert = window.confirm_xss = function () { window.__xss += 1; };
+document.addEventListener('securitypolicyviolation', function (e) {
+  window.__cspViolations.push(e.violatedDirective + ' ' + e.blockedURI);
+});
+"""
+
+
+@pytest.fixture
+def context(browser: Any) -> Iterator[Any]:
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800}, locale="en-US")
+    ctx.add_init_script(XSS_TRAP)
+    try:
+        yield ctx
+    finally:
+        ctx.close()
+
+
+@pytest.fixture
+def page(context: Any) -> Iterator[Any]:
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.js_errors = errors  # type: ignore[attr-defined]
+    yield page
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def login(page: Any, app: LiveApp, user: Any, *, next_path: str = "/") -> None:
+    """Through the real login form, as a person would."""
+    page.goto(app.url + next_path)
+    page.fill("#id_username", user.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_load_state("domcontentloaded")
+
+
+def screenshot(page: Any, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
