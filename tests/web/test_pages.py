@@ -1,0 +1,133 @@
+"""The chat page's server side: views, CSP, offline banner, i18n, Markdown rendering and the
+history API's `render=html`. (The page's behaviour in a browser: tests/browser/.)"""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+import pytest
+from django.test import Client
+
+from chat.middleware import CONTENT_SECURITY_POLICY
+from chat.models import ChatMessage, MessageRole
+from chat.rendering import render_markdown
+from tests.browser.xss_payloads import PAYLOADS
+from tests.factories import ChatSessionFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def web(owner) -> Client:
+    client = Client()
+    client.force_login(owner)
+    return client
+
+
+def test_pages_need_login(client: Client) -> None:
+    for path in ("/", "/chat/1/"):
+        response = client.get(path)
+        assert response.status_code == 302
+        assert response["Location"].startswith("/accounts/login/")
+    login = client.get("/accounts/login/")
+    assert login.status_code == 200
+    assert b'id="id_username"' in login.content
+
+
+def test_home_opens_the_newest_session_or_the_empty_state(web: Client, owner) -> None:
+    empty = web.get("/")
+    assert empty.status_code == 200
+    assert b'id="empty-state"' in empty.content
+    ChatSessionFactory(owner=owner, title="old")
+    newest = ChatSessionFactory(owner=owner, title="new")
+    response = web.get("/")
+    assert response.status_code == 302
+    assert response["Location"] == f"/chat/{newest.pk}/"
+
+
+def test_session_page_and_ownership(web: Client, owner, outsider) -> None:
+    mine = ChatSessionFactory(owner=owner, title="Mine <b>x</b>")
+    theirs = ChatSessionFactory(owner=outsider)
+    response = web.get(f"/chat/{mine.pk}/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'id="composer-input"' in html and '<label for="composer-input"' in html
+    assert "Mine &lt;b&gt;x&lt;/b&gt;" in html  # autoescaped
+    assert 'id="cadau-config" type="application/json"' in html
+    assert web.get(f"/chat/{theirs.pk}/").status_code == 404
+    assert web.get("/chat/999999/").status_code == 404
+
+
+def test_csp_on_html_not_on_json(web: Client, owner) -> None:
+    session = ChatSessionFactory(owner=owner)
+    page = web.get(f"/chat/{session.pk}/")
+    assert page["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert "unsafe-inline" not in CONTENT_SECURITY_POLICY
+    html = page.content.decode()
+    for tag in re.findall(r"<script\b[^>]*>", html):
+        assert 'src="' in tag or 'type="application/json"' in tag
+    assert not re.search(r"\son[a-z]+\s*=|\sstyle\s*=|<style", html)
+    api = web.get("/api/v1/chat/sessions")
+    assert "Content-Security-Policy" not in api
+
+
+def test_offline_banner(web: Client, owner, settings) -> None:
+    session = ChatSessionFactory(owner=owner)
+    settings.LLM_BASE_URL = ""
+    assert b'id="offline-banner"' in web.get(f"/chat/{session.pk}/").content
+    settings.LLM_BASE_URL = "http://127.0.0.1:9/v1"
+    assert b'id="offline-banner"' not in web.get(f"/chat/{session.pk}/").content
+
+
+def test_simplified_chinese_from_the_browser(web: Client, owner) -> None:
+    session = ChatSessionFactory(owner=owner)
+    html = web.get(f"/chat/{session.pk}/", HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9").content
+    text = html.decode()
+    assert '<html lang="zh-hans">' in text
+    assert "发送" in text and "新对话" in text
+    assert '"you": "\\u4f60"' in text or '"you": "你"' in text  # the JS catalog too
+    english = web.get(f"/chat/{session.pk}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert ">Send<" in english
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found.append((tag, attrs))
+
+
+SAFE_TAGS = {"p", "br", "strong", "em", "s", "code", "pre", "blockquote", "a", "table", "thead"}
+SAFE_TAGS |= {"tbody", "tr", "th", "td", "ul", "ol", "li", "h1", "h2", "h3", "hr", "del"}
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_render_markdown_neutralises(payload: str) -> None:
+    parser = _Tags()
+    parser.feed(render_markdown(payload))
+    for tag, attrs in parser.found:
+        assert tag in SAFE_TAGS, tag
+        for name, value in attrs:
+            assert name in {"href", "title", "class", "rel", "start"}, name
+            assert not re.match(r"\s*(javascript|data|vbscript):", value or "", re.IGNORECASE)
+
+
+def test_render_markdown_features() -> None:
+    html = render_markdown("# T\n\n**b** `c`\n\n```python\nx = 1 < 2\n```\n\n[l](https://e.org)")
+    assert "<h1>T</h1>" in html and "<strong>b</strong>" in html and "<code>c</code>" in html
+    assert '<code class="language-python">x = 1 &lt; 2' in html
+    assert 'href="https://e.org"' in html and 'rel="noopener nofollow noreferrer"' in html
+
+
+def test_history_render_html(api, owner) -> None:
+    session = ChatSessionFactory(owner=owner)
+    ChatMessage.objects.create(session=session, role=MessageRole.ASSISTANT, content="**hi**")
+    plain = api.get("/api/v1/chat/history", {"session_id": session.pk}).json()
+    assert "content_html" not in plain["messages"][0]
+    rendered = api.get("/api/v1/chat/history", {"session_id": session.pk, "render": "html"}).json()
+    assert rendered["messages"][0]["content_html"] == "<p><strong>hi</strong></p>\n"
+    bad = api.get("/api/v1/chat/history", {"session_id": session.pk, "render": "pdf"})
+    assert bad.status_code == 400
