@@ -71,7 +71,7 @@ def test_cut_is_a_turn_boundary_that_keeps_min_verbatim(tail, cfg, backlog, forc
 @given(tail=tails(), limit=st.integers(min_value=500, max_value=40000))
 def test_trimmed_payload_fits_and_starts_at_a_turn(tail, limit):
     state = ctx.ContextState(
-        session=None,  # type: ignore[arg-type]
+        session=None,
         cfg=ContextConfig(),
         system_prompt="p" * 100,
         tail=tail,
@@ -79,7 +79,7 @@ def test_trimmed_payload_fits_and_starts_at_a_turn(tail, limit):
         rows_read=len(tail),
     )
     # ContextState.summary reads session.context_summary; a stand-in with an empty summary.
-    state.session = type("S", (), {"context_summary": ""})()  # type: ignore[assignment]
+    state.session = type("S", (), {"context_summary": ""})()
     total = 100 + sum(m.runes for m in tail)
     try:
         kept, dropped = ctx._trim_to_fit(state=state, limit=limit)
