@@ -43,8 +43,17 @@ class EntryListSerializer(serializers.Serializer):
     results = EntrySerializer(many=True)
 
 
+class StrictCharField(serializers.CharField):
+    """DRF turns 5 into "5"; a memory made of a number someone sent by mistake is not wanted."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
 class EntryCreateSerializer(serializers.Serializer):
-    content = serializers.CharField(
+    content = StrictCharField(
         required=False, allow_blank=True, trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS
     )
     source_message_id = serializers.IntegerField(required=False, min_value=1, max_value=2**63 - 1)

@@ -142,6 +142,7 @@ def memory_flush_before_roll(*, session: ChatSession, messages: Sequence[FlushMe
     _settle_pending(session=session, agent_id=agent.pk)
     watermark = _watermark(session.pk)
     remaining = [m for m in messages if m.id > watermark]
+    row = None
     if remaining:
         row = _archive(session=session, agent=agent, messages=remaining)
         if agent_settings(agent=agent).memory_auto_extract:
@@ -158,7 +159,8 @@ def memory_flush_before_roll(*, session: ChatSession, messages: Sequence[FlushMe
             messages[-1].id,
             watermark,
         )
-    _retry_some(session=session, limit=RETRIES_PER_FLUSH)
+    # Earlier failures get another go; a row that failed just now waits for the next flush.
+    _retry_some(session=session, limit=RETRIES_PER_FLUSH, exclude=row.pk if row else None)
 
 
 def _archive(
@@ -368,10 +370,13 @@ def _retry_candidates() -> Any:
     ).order_by("id")
 
 
-def _retry_some(*, session: ChatSession, limit: int) -> None:
+def _retry_some(*, session: ChatSession, limit: int, exclude: int | None) -> None:
     # Only rows that already failed at least once: a `pending` one with 0 attempts belongs to a
     # flush still running its first extraction.
-    for row in _retry_candidates().filter(session_id=session.pk, attempts__gt=0)[:limit]:
+    rows = _retry_candidates().filter(session_id=session.pk, attempts__gt=0)
+    if exclude is not None:
+        rows = rows.exclude(pk=exclude)
+    for row in rows[:limit]:
         memory_extract_retry(row=row)
 
 

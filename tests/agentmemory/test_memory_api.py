@@ -1,0 +1,139 @@
+"""/api/v1/agents/{id}/memory/...: daily notes, entries (list, search, create with dedup, the
+"Remember" action on a message, read, delete), name safety, ownership, another storage backend."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+from django.utils import timezone
+
+from agentmemory import store
+from tests.factories import AgentFactory, ChatMessageFactory, ChatSessionFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def agent(runtime, owner):
+    return AgentFactory(owner=owner)
+
+
+def _base(agent) -> str:
+    return f"/api/v1/agents/{agent.pk}/memory"
+
+
+def test_entries_create_list_search_read_delete(api, agent):
+    r = api.post(
+        f"{_base(agent)}/entries", {"content": "The user prefers green tea."}, format="json"
+    )
+    assert r.status_code == 201, r.content
+    entry = r.json()
+    assert set(entry) == {
+        "name",
+        "content",
+        "tags",
+        "created",
+        "updated",
+        "source_session_id",
+        "source_message_id",
+    }
+    assert entry["name"] == "the-user-prefers-green-tea"
+    # the same fact again updates instead of repeating
+    again = api.post(
+        f"{_base(agent)}/entries", {"content": "the user prefers green tea"}, format="json"
+    )
+    assert again.status_code == 200 and again.json()["name"] == entry["name"]
+    api.post(f"{_base(agent)}/entries", {"content": "Deploys happen on Fridays."}, format="json")
+
+    listed = api.get(f"{_base(agent)}/entries").json()["results"]
+    assert len(listed) == 2
+    found = api.get(f"{_base(agent)}/entries", {"q": "tea"}).json()["results"]
+    assert [e["name"] for e in found] == [entry["name"]]
+
+    one = api.get(f"{_base(agent)}/entries/{entry['name']}")
+    assert one.status_code == 200 and one.json()["content"] == "the user prefers green tea"
+    assert api.delete(f"{_base(agent)}/entries/{entry['name']}").status_code == 204
+    assert api.get(f"{_base(agent)}/entries/{entry['name']}").status_code == 404
+    assert api.delete(f"{_base(agent)}/entries/{entry['name']}").status_code == 404
+
+
+def test_remember_action_on_a_message(api, owner, agent):
+    session = ChatSessionFactory(owner=owner, agent=agent)
+    message = ChatMessageFactory(session=session, content="My flight is LH 1234 on May 3.")
+    r = api.post(f"{_base(agent)}/entries", {"source_message_id": message.pk}, format="json")
+    assert r.status_code == 201, r.content
+    body = r.json()
+    assert body["content"] == "My flight is LH 1234 on May 3."
+    assert (body["source_session_id"], body["source_message_id"]) == (session.pk, message.pk)
+    assert "remembered" in body["tags"]
+
+
+def test_source_message_must_be_mine_and_this_agents(api, owner, outsider, agent):
+    other_agent = AgentFactory(owner=owner)
+    wrong_agent_msg = ChatMessageFactory(
+        session=ChatSessionFactory(owner=owner, agent=other_agent), content="x"
+    )
+    plain_msg = ChatMessageFactory(session=ChatSessionFactory(owner=owner), content="x")
+    foreign = ChatMessageFactory(
+        session=ChatSessionFactory(owner=outsider, agent=agent), content="x"
+    )
+    for message_id in (wrong_agent_msg.pk, plain_msg.pk, foreign.pk, 10**12):
+        r = api.post(
+            f"{_base(agent)}/entries",
+            {"content": "c", "source_message_id": message_id},
+            format="json",
+        )
+        assert r.status_code == 404, message_id
+    assert store.entry_list(agent_id=agent.pk) == []
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        {"content": ""},
+        {"content": "   "},
+        {"content": 5},
+        {"source_message_id": "abc"},
+        {"content": "x" * (store.ENTRY_MAX_CHARS + 1)},
+        {"content": "ok", "tags": "t"},
+    ],
+)
+def test_bad_entry_bodies_are_400(api, agent, payload):
+    r = api.post(f"{_base(agent)}/entries", payload, format="json")
+    assert r.status_code == 400, r.content
+    assert "error" in r.json()
+
+
+@pytest.mark.parametrize("name", ["Bad.Name", "..", "a b", "%2e%2e", "ÄBC", "x" * 200, ".hidden"])
+def test_unsafe_entry_names_are_400(api, agent, name):
+    r = api.get(f"{_base(agent)}/entries/{name}")
+    assert r.status_code == 400, (name, r.content)
+    assert r.json()["error"]["code"] == "invalid_name"
+    assert api.delete(f"{_base(agent)}/entries/{name}").status_code == 400
+
+
+def test_daily_note(api, agent):
+    day = date(2025, 3, 4)
+    store.daily_note_append(agent_id=agent.pk, day=day, heading="Note", body="hello")
+    r = api.get(f"{_base(agent)}/daily", {"date": "2025-03-04"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["date"] == "2025-03-04"
+    assert "## Note" in body["markdown"] and "hello" in body["markdown"]
+    assert body["days"] == ["2025-03-04"]
+    today = api.get(f"{_base(agent)}/daily").json()
+    assert today["date"] == timezone.localdate().isoformat() and today["markdown"] == ""
+    for bad in ("2025-13-01", "yesterday", "2025-3-4x"):
+        assert api.get(f"{_base(agent)}/daily", {"date": bad}).status_code == 400
+
+
+def test_api_on_a_non_default_storage_backend(api, agent, settings, runtime):
+    settings.AGENT_MEMORY_STORAGE = "django.core.files.storage.InMemoryStorage"
+    r = api.post(f"{_base(agent)}/entries", {"content": "Stored in memory only."}, format="json")
+    assert r.status_code == 201
+    assert [e["content"] for e in api.get(f"{_base(agent)}/entries").json()["results"]] == [
+        "Stored in memory only."
+    ]
+    assert not any(runtime.rglob("*.md"))  # nothing landed on disk
