@@ -16,6 +16,8 @@ export function updateRing(root, budget, format) {
   const label = root.querySelector("#ring-pct");
   const tip = root.querySelector("#ring-tip");
   value.setAttribute("stroke-dasharray", `${pct.toFixed(1)} ${(100 - pct).toFixed(1)}`);
+  // A zero-length arc with round caps would still draw a dot.
+  value.setAttribute("visibility", pct < 0.5 ? "hidden" : "visible");
   root.dataset.level = ringLevel(pct);
   root.dataset.usedPct = String(budget.used_pct);
   label.textContent = `${Math.round(pct)}%`;

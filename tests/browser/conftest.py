@@ -196,7 +196,7 @@ def page(context: Any) -> Iterator[Any]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.js_errors = errors  # type: ignore[attr-defined]
+    page.js_errors = errors
     yield page
     assert not errors, f"JavaScript errors on the page: {errors}"
 

@@ -10,10 +10,9 @@ import pytest
 from django.test import Client
 
 from chat.middleware import CONTENT_SECURITY_POLICY
-from chat.models import ChatMessage, MessageRole
+from chat.models import ChatMessage, ChatSession, MessageRole
 from chat.rendering import render_markdown
 from tests.browser.xss_payloads import PAYLOADS
-from tests.factories import ChatSessionFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -39,16 +38,16 @@ def test_home_opens_the_newest_session_or_the_empty_state(web: Client, owner) ->
     empty = web.get("/")
     assert empty.status_code == 200
     assert b'id="empty-state"' in empty.content
-    ChatSessionFactory(owner=owner, title="old")
-    newest = ChatSessionFactory(owner=owner, title="new")
+    ChatSession.objects.create(owner=owner, title="old")
+    newest = ChatSession.objects.create(owner=owner, title="new")
     response = web.get("/")
     assert response.status_code == 302
     assert response["Location"] == f"/chat/{newest.pk}/"
 
 
 def test_session_page_and_ownership(web: Client, owner, outsider) -> None:
-    mine = ChatSessionFactory(owner=owner, title="Mine <b>x</b>")
-    theirs = ChatSessionFactory(owner=outsider)
+    mine = ChatSession.objects.create(owner=owner, title="Mine <b>x</b>")
+    theirs = ChatSession.objects.create(owner=outsider)
     response = web.get(f"/chat/{mine.pk}/")
     assert response.status_code == 200
     html = response.content.decode()
@@ -60,7 +59,7 @@ def test_session_page_and_ownership(web: Client, owner, outsider) -> None:
 
 
 def test_csp_on_html_not_on_json(web: Client, owner) -> None:
-    session = ChatSessionFactory(owner=owner)
+    session = ChatSession.objects.create(owner=owner)
     page = web.get(f"/chat/{session.pk}/")
     assert page["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
     assert "unsafe-inline" not in CONTENT_SECURITY_POLICY
@@ -73,7 +72,7 @@ def test_csp_on_html_not_on_json(web: Client, owner) -> None:
 
 
 def test_offline_banner(web: Client, owner, settings) -> None:
-    session = ChatSessionFactory(owner=owner)
+    session = ChatSession.objects.create(owner=owner)
     settings.LLM_BASE_URL = ""
     assert b'id="offline-banner"' in web.get(f"/chat/{session.pk}/").content
     settings.LLM_BASE_URL = "http://127.0.0.1:9/v1"
@@ -81,7 +80,7 @@ def test_offline_banner(web: Client, owner, settings) -> None:
 
 
 def test_simplified_chinese_from_the_browser(web: Client, owner) -> None:
-    session = ChatSessionFactory(owner=owner)
+    session = ChatSession.objects.create(owner=owner)
     html = web.get(f"/chat/{session.pk}/", HTTP_ACCEPT_LANGUAGE="zh-CN,zh;q=0.9").content
     text = html.decode()
     assert '<html lang="zh-hans">' in text
@@ -123,7 +122,7 @@ def test_render_markdown_features() -> None:
 
 
 def test_history_render_html(api, owner) -> None:
-    session = ChatSessionFactory(owner=owner)
+    session = ChatSession.objects.create(owner=owner)
     ChatMessage.objects.create(session=session, role=MessageRole.ASSISTANT, content="**hi**")
     plain = api.get("/api/v1/chat/history", {"session_id": session.pk}).json()
     assert "content_html" not in plain["messages"][0]
