@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bench import context as context_bench
 from bench import history as history_bench
+from bench import realtime as realtime_bench
 from bench import ui as ui_bench
 from bench.report import write_section
 
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[..., str]]] = {
     "history": (history_bench.add_arguments, history_bench.run),
     "ui": (ui_bench.add_arguments, ui_bench.run),
+    "realtime": (realtime_bench.add_arguments, realtime_bench.run),
     "context": (context_bench.add_arguments, context_bench.run),
 }
 

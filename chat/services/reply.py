@@ -283,6 +283,7 @@ async def _stream(
     parts: list[str] = []
     streamed = 0
     saved_at = time.monotonic()
+    saving: asyncio.Future[None] | None = None
     finish: dict[str, Any] = {}
     try:
         # aclosing: on cancel the HTTP stream is closed at once, not when the GC gets to it.
@@ -306,10 +307,18 @@ async def _stream(
                         # measure the latency this server adds per token (bench/realtime.py).
                         delta["emitted_at"] = event.emitted_at
                     await _send(session_id, emit, delta)
-                    if time.monotonic() - saved_at >= SAVE_EVERY_SECONDS:
+                    if time.monotonic() - saved_at >= SAVE_EVERY_SECONDS and (
+                        saving is None or saving.done()
+                    ):
                         saved_at = time.monotonic()
-                        await database_sync_to_async(reply_progress)(
-                            message_id=message_id, content="".join(parts)
+                        # In the background: awaiting the write here held back every token
+                        # behind it (the p99 of bench/realtime.py). Off the thread-sensitive
+                        # worker, so saves do not queue behind other requests' sync work.
+                        # A save landing after the final write is a no-op (status filter).
+                        saving = asyncio.ensure_future(
+                            database_sync_to_async(reply_progress, thread_sensitive=False)(
+                                message_id=message_id, content="".join(parts)
+                            )
                         )
                 elif event.kind == "done":
                     usage = event.usage
@@ -327,6 +336,9 @@ async def _stream(
                     if event.text and not parts:
                         parts.append(event.text)
     except asyncio.CancelledError:
+        if saving is not None:
+            # An older save still in flight must not land after the final one below.
+            await asyncio.shield(saving)
         await asyncio.shield(
             database_sync_to_async(reply_progress)(message_id=message_id, content="".join(parts))
         )
@@ -334,6 +346,8 @@ async def _stream(
     except StreamInterrupted as exc:
         exc.partial = exc.partial or "".join(parts)
         raise
+    if saving is not None:
+        await saving
     return "".join(parts), finish
 
 
