@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from chat.api.errors import ApiError
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
+from chat.services.agents import agent_config_validate
 from chat.services.background import background_submit
 from chat.services.budget import context_budget_for, with_context_runes
 from chat.services.context import context_reset
@@ -68,8 +71,22 @@ class ContextSnapshotInline(ReadOnlyMixin, admin.TabularInline):
     show_change_link = True
 
 
+class AgentAdminForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = ("owner", "name", "system_prompt", "model", "config_json", "created_at")
+
+    def clean_config_json(self) -> Any:
+        # The same rules as the API, so the admin cannot store a config the API would refuse.
+        try:
+            return agent_config_validate(config=self.cleaned_data.get("config_json"))
+        except ApiError as exc:
+            raise forms.ValidationError(str(exc.detail)) from None
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentAdminForm
     list_display = ("id", "name", "owner", "model", "created_at")
     list_select_related = ("owner",)
     search_fields = ("name", "owner__username")

@@ -137,3 +137,36 @@ def test_api_on_a_non_default_storage_backend(api, agent, settings, runtime):
         "Stored in memory only."
     ]
     assert not any(runtime.rglob("*.md"))  # nothing landed on disk
+
+
+def test_admin_pages(client, runtime, owner):
+    from django.urls import reverse
+
+    from agentmemory.flush import memory_flush_before_roll
+    from chat.services.context import TailMessage
+    from tests.factories import UserFactory, make_conversation
+
+    root = UserFactory(username="root", is_staff=True, is_superuser=True)
+    client.force_login(root)
+    agent = AgentFactory(owner=owner, config_json={"memory_auto_extract": False})
+    session = ChatSessionFactory(owner=owner, agent=agent)
+    rows = [TailMessage.from_row(r) for r in make_conversation(session, turns=2)]
+    memory_flush_before_roll(session=session, messages=rows)
+    assert client.get(reverse("admin:agentmemory_memoryflush_changelist")).status_code == 200
+    # the agent form refuses what the API refuses
+    url = reverse("admin:chat_agent_change", args=[agent.pk])
+    assert client.get(url).status_code == 200
+    response = client.post(
+        url,
+        {
+            "owner": owner.pk,
+            "name": agent.name,
+            "system_prompt": "",
+            "model": "",
+            "config_json": '{"bogus": 1}',
+            "created_at_0": "2025-01-01",
+            "created_at_1": "00:00:00",
+        },
+    )
+    assert response.status_code == 200  # re-rendered with the error
+    assert "unknown key" in response.content.decode()
