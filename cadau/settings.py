@@ -178,6 +178,9 @@ SPECTACULAR_SETTINGS = {
 RUNTIME_DIR = Path(env.str("RUNTIME_DIR", default=str(BASE_DIR / "runtime"))).resolve()
 # Agent memory files: "" = files under RUNTIME_DIR; or a STORAGES alias / dotted Storage path.
 AGENT_MEMORY_STORAGE: str = env.str("AGENT_MEMORY_STORAGE", default="")
+# Extra agent tools: dotted paths to chat.tools.Tool objects (see chat/tools.py). An agent gets
+# them only when its config_json "tools" list names them; built-ins are on by default.
+AGENT_TOOLS: list[str] = env.list("AGENT_TOOLS", default=[])
 
 LLM_BASE_URL: str = env.str("LLM_BASE_URL", default="").rstrip("/")
 LLM_API_KEY: str = env.str("LLM_API_KEY", default="")

@@ -77,7 +77,7 @@ class Tool:
 
 _registry: dict[str, Tool] = {}
 _lock = threading.Lock()
-_settings_loaded = False
+_settings_loaded: tuple[str, ...] = ()
 
 
 def tool_register(tool: Tool, *, replace: bool = False) -> Tool:
@@ -101,14 +101,16 @@ def tool_unregister(name: str) -> None:
 
 
 def _load_settings_tools() -> None:
-    # Lazily, so a deployment module listed in AGENT_TOOLS may itself import chat models.
+    # Lazily (a deployment module listed in AGENT_TOOLS may itself import chat models), and
+    # again whenever the setting changes (tests override it).
     global _settings_loaded
-    if _settings_loaded:
+    paths = tuple(getattr(settings, "AGENT_TOOLS", ()) or ())
+    if paths == _settings_loaded:
         return
-    _settings_loaded = True
-    for path in getattr(settings, "AGENT_TOOLS", ()) or ():
+    for path in paths:
         tool = import_string(path)
-        tool_register(tool() if not isinstance(tool, Tool) and callable(tool) else tool)
+        tool_register(tool if isinstance(tool, Tool) else tool())
+    _settings_loaded = paths
 
 
 def tools_registered() -> dict[str, Tool]:

@@ -325,3 +325,39 @@ def test_single_huge_round_is_skipped_not_compacted(api, owner, fake_llm, caplog
         tool_unregister(tool.name)
     assert "chat_agent_context_compact_skipped" in caplog.text
     assert fake_llm.count("summary") == 0
+
+
+def _echo(context, arguments):
+    return f"echo {arguments.get('text', '')} for agent {context.agent_id}"
+
+
+DEPLOYMENT_TOOL = Tool(
+    name="deploy_echo",
+    description="A deployment's own tool, registered through settings.AGENT_TOOLS.",
+    handler=_echo,
+    parameters={"type": "object", "properties": {"text": {"type": "string"}}},
+)
+
+
+def test_deployment_tools_from_settings_are_opt_in(api, owner, fake_llm, settings):
+    settings.AGENT_TOOLS = ["tests.chat.test_toolloop.DEPLOYMENT_TOOL"]
+    try:
+        r = api.post(
+            "/api/v1/agents",
+            {"name": "ops", "config_json": {"tools": ["deploy_echo"]}},
+            format="json",
+        )
+        assert r.status_code == 201, r.content
+        agent_id = r.json()["id"]
+        session = ChatSessionFactory(owner=owner, agent_id=agent_id)
+        fake_llm.script({"tool_calls": [_call("deploy_echo", {"text": "hi"}, "d1")]}, "done")
+        _send(api, session)
+        result = next(r for r in _rows(session) if r.role == MessageRole.TOOL)
+        assert result.content == f"echo hi for agent {agent_id}"
+        # not among the defaults of an agent without a tools list
+        _agent, default = _agent_session(owner)
+        _send(api, default)
+        names = {t["function"]["name"] for t in fake_llm.calls[-1].body["tools"]}
+        assert "deploy_echo" not in names and "current_time" in names
+    finally:
+        tool_unregister("deploy_echo")
