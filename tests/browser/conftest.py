@@ -93,8 +93,12 @@ class LiveApp:
 
 @pytest.fixture(scope="session")
 def live_app(
-    django_db_setup: Any, django_db_blocker: Any, fake_llm_server: FakeLLMServer
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    fake_llm_server: FakeLLMServer,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[LiveApp]:
+    tmp_runtime = tmp_path_factory.mktemp("runtime")
     port = _free_port()
     log = ROOT / "artifacts" / "browser-daphne.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -115,6 +119,8 @@ def live_app(
         PYTHONUNBUFFERED="1",
     )
     env.setdefault("SECRET_KEY", secrets.token_urlsafe(40))
+    # Agent memory files of these tests go to a scratch folder, never the checkout's runtime/.
+    env["RUNTIME_DIR"] = str(tmp_runtime)
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     with log.open("w") as out:
         proc = subprocess.Popen(
