@@ -18,25 +18,7 @@ from chat.services.budget import context_budget_for, with_context_runes
 from chat.services.context import context_reset
 from chat.services.reply import compact_with_events
 
-_SNAPSHOT_FIELDS = (
-    "outcome",
-    "trigger",
-    "strategy",
-    "summary",
-    "covers_from_message_id",
-    "covers_to_message_id",
-    "summary_through_message_id",
-    "verbatim_since_message_id",
-    "context_version",
-    "messages_rolled",
-    "runes_before",
-    "runes_after",
-    "llm_calls",
-    "model",
-    "duration_ms",
-    "error",
-    "created_at",
-)
+_SNAPSHOT_FIELDS = ContextSnapshot.INSPECTION_FIELDS
 
 
 class ReadOnlyMixin:

@@ -153,6 +153,27 @@ class ContextSnapshot(models.Model):
     """One row per change (or attempted change) of a session's summary: for inspection in the
     admin and the API, and so truncation can rewind to a summary of surviving messages only."""
 
+    #: What operators and API clients see of a snapshot (the admin inline and the context API).
+    INSPECTION_FIELDS = (
+        "outcome",
+        "trigger",
+        "strategy",
+        "summary",
+        "covers_from_message_id",
+        "covers_to_message_id",
+        "summary_through_message_id",
+        "verbatim_since_message_id",
+        "context_version",
+        "messages_rolled",
+        "runes_before",
+        "runes_after",
+        "llm_calls",
+        "model",
+        "duration_ms",
+        "error",
+        "created_at",
+    )
+
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="snapshots")
     outcome = models.CharField(max_length=16, choices=SnapshotOutcome.choices)
     trigger = models.CharField(max_length=32, blank=True, default="")

@@ -78,26 +78,7 @@ class MessageSerializer(serializers.ModelSerializer):
 class SnapshotSerializer(serializers.ModelSerializer):
     class Meta:
         model = ContextSnapshot
-        fields = [
-            "id",
-            "outcome",
-            "trigger",
-            "strategy",
-            "summary",
-            "covers_from_message_id",
-            "covers_to_message_id",
-            "summary_through_message_id",
-            "verbatim_since_message_id",
-            "context_version",
-            "messages_rolled",
-            "runes_before",
-            "runes_after",
-            "llm_calls",
-            "model",
-            "duration_ms",
-            "error",
-            "created_at",
-        ]
+        fields = ("id", *ContextSnapshot.INSPECTION_FIELDS)
         read_only_fields = fields
 
 
