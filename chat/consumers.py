@@ -157,6 +157,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             if self._open:
                 await self.send_json(event)
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels runs close_old_connections in the one thread-sensitive worker before every
+        # handler: for forwarded events (one per streamed token per socket, and no ORM) that
+        # hop queued every token of every socket behind one thread (seconds of lag with 200
+        # streaming sockets, bench/realtime.py). Frames from the client keep the hygiene.
+        if message.get("type") == "chat.event":
+            await self.chat_event(message)
+            return
+        await super().dispatch(message)
+
     async def chat_event(self, message: dict[str, Any]) -> None:
         """A session event from the group (any process): forwarded verbatim, except the overlap
         between a resumed partial and the deltas that follow it."""
