@@ -42,7 +42,8 @@ def owner_cookie(owner) -> str:
 
 @pytest.fixture
 def session(owner) -> ChatSession:
-    return ChatSessionFactory(owner=owner)
+    created: ChatSession = ChatSessionFactory.create(owner=owner)
+    return created
 
 
 def _socket(

@@ -139,7 +139,7 @@ def two_daphnes(transactional_db, fake_llm_slow, tmp_path) -> Iterator[tuple[_Da
 
 @pytest.fixture
 def alice(transactional_db) -> dict[str, Any]:
-    user = UserFactory(username="alice")
+    user: Any = UserFactory(username="alice")
     client = Client()
     client.force_login(user)
     return {
