@@ -71,9 +71,16 @@ async def reply_generate(
     any socket in any process can stop them: the partial is stored as `cancelled`, `done` is
     emitted, and the cancelled message is returned (the caller was not cancelled, the reply
     was). Cancelling the caller itself (server shutdown) stores the same and re-raises."""
+    # Shared with the rounds: after a tool round the reply being written is a newer row, and a
+    # cancel must finish that one.
+    rounds = RoundsState(message_id=assistant_message_id)
     inner = asyncio.ensure_future(
         _generate(
-            session_id=session_id, assistant_message_id=assistant_message_id, query=query, emit=emit
+            session_id=session_id,
+            assistant_message_id=assistant_message_id,
+            query=query,
+            emit=emit,
+            rounds=rounds,
         )
     )
     async with generation_tracked(
@@ -84,7 +91,7 @@ async def reply_generate(
         except asyncio.CancelledError:
             # Cancelled by the user (or the server shutting down): keep what was produced.
             message = await asyncio.shield(
-                database_sync_to_async(_finish_cancelled)(assistant_message_id)
+                database_sync_to_async(_finish_cancelled)(rounds.message_id)
             )
             await asyncio.shield(_done(session_id, emit, message))
             current = asyncio.current_task()
@@ -114,7 +121,12 @@ async def _done(session_id: int, emit: Emit | None, message: ChatMessage) -> Non
 
 
 async def _generate(
-    *, session_id: int, assistant_message_id: int, query: str, emit: Emit | None
+    *,
+    session_id: int,
+    assistant_message_id: int,
+    query: str,
+    emit: Emit | None,
+    rounds: RoundsState,
 ) -> ChatMessage:
     started = time.monotonic()
     for event in await database_sync_to_async(_run_turn_started_hooks)(assistant_message_id):
@@ -156,7 +168,6 @@ async def _generate(
         pk=session_id
     )
     model = (session.agent.model if session.agent else "") or None
-    rounds = RoundsState(message_id=assistant_message_id)
 
     async def stream_round(
         *, messages: list[dict[str, Any]], message_id: int, tools: list[dict[str, Any]] | None

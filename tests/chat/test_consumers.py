@@ -534,3 +534,37 @@ async def test_after_a_sweep_the_session_accepts_sends_again(session, owner_cook
     await ws.send_json_to({"type": "send", "content": "hello?"})
     assert (await _until(ws, "done"))[-1]["message"]["content"] == "back again"
     await ws.disconnect()
+
+
+@pytest.fixture
+def agent_session(owner, settings, tmp_path) -> ChatSession:
+    from tests.factories import AgentFactory
+
+    settings.RUNTIME_DIR = tmp_path / "runtime"
+    settings.AGENT_MEMORY_STORAGE = ""
+    agent = AgentFactory.create(owner=owner, config_json={"tools": ["current_time"]})
+    return ChatSessionFactory.create(owner=owner, agent=agent)
+
+
+async def test_cancel_in_a_later_tool_round_finishes_the_row_being_written(
+    agent_session, owner_cookie, fake_llm
+):
+    fake_llm.script(
+        {"content": "", "tool_calls": [{"id": "t1", "name": "current_time", "arguments": {}}]},
+        {"content": " ".join(f"w{i}" for i in range(200)), "token_ms": 40},
+    )
+    ws = await _open(agent_session.pk, owner_cookie)
+    await ws.send_json_to({"type": "send", "content": "what time is it, slowly"})
+    before = await _until(ws, "tool_result")
+    before += await _until(ws, "delta")
+    await ws.send_json_to({"type": "cancel"})
+    done = (await _until(ws, "done"))[-1]
+    rows = await messages_of(agent_session.pk)
+    final = rows[-1]
+    # done names the second round's row (not the tool-call row), stored as cancelled
+    assert done["message"]["id"] == final.pk
+    assert final.role == MessageRole.ASSISTANT and final.status == MessageStatus.CANCELLED
+    assert [r.role for r in rows] == ["user", "assistant", "tool", "assistant"]
+    assert rows[1].tool_calls and rows[1].status == MessageStatus.COMPLETE
+    await ws.disconnect()
+    await _settle()
