@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Substr
@@ -95,6 +95,27 @@ class HistoryPage:
     at_live_edge: bool  # no message newer than this page exists (at read time)
 
 
+def message_rows(
+    qs: QuerySet[ChatMessage], *, order: Literal["id", "-id"], limit: int
+) -> QuerySet[ChatMessage]:
+    """`qs.order_by(order)[:limit]` for a filter on one session, planned the way the
+    (session_id, id) indexes intend.
+
+    Asked for `WHERE session_id = X ORDER BY id DESC LIMIT n`, PostgreSQL may walk the primary
+    key and filter on session_id, reading every newer row of every other session first (675 ms
+    for a 100k session beneath a 1M one; docs/benchmarks.md). Choosing the ids in a subquery
+    makes that an index(-only) scan of the session's own index, and the outer query fetches n
+    rows by primary key. Still one statement; SQLite plans both forms the same."""
+    ids = qs.order_by(order).values("id")[:limit]
+    return ChatMessage.objects.filter(id__in=ids).order_by(order)
+
+
+def message_exists(qs: QuerySet[ChatMessage]) -> bool:
+    """`qs.exists()` for a session filter, immune to the same primary-key walk (which, when the
+    answer is no, reads the whole table)."""
+    return message_rows(qs, order="id", limit=1).exists()
+
+
 def history_page(
     *,
     session: ChatSession,
@@ -121,10 +142,10 @@ def history_page(
         bound = decode_message_cursor(
             cursor=after, kind="history", session_id=sid, direction="newer"
         ).message_id
-        rows = list(messages.filter(id__gt=bound).order_by("id")[: limit + 1])
+        rows = list(message_rows(messages.filter(id__gt=bound), order="id", limit=limit + 1))
         has_newer = len(rows) > limit
         rows = rows[:limit]
-        has_older = messages.filter(id__lt=rows[0].pk if rows else bound + 1).exists()
+        has_older = message_exists(messages.filter(id__lt=rows[0].pk if rows else bound + 1))
         return _history_result(
             session_id=sid, rows=rows, has_older=has_older, has_newer=has_newer, empty_at=bound
         )
@@ -135,7 +156,7 @@ def history_page(
             cursor=before, kind="history", session_id=sid, direction="older"
         ).message_id
         qs = qs.filter(id__lt=upper)
-    rows = list(qs.order_by("-id")[: limit + 1])
+    rows = list(message_rows(qs, order="-id", limit=limit + 1))
     has_older = len(rows) > limit
     rows = rows[:limit][::-1]
     if upper is None:
@@ -143,7 +164,7 @@ def history_page(
         empty_at = 0
     else:
         empty_at = upper - 1
-        has_newer = messages.filter(id__gt=rows[-1].pk if rows else empty_at).exists()
+        has_newer = message_exists(messages.filter(id__gt=rows[-1].pk if rows else empty_at))
     return _history_result(
         session_id=sid, rows=rows, has_older=has_older, has_newer=has_newer, empty_at=empty_at
     )
@@ -156,10 +177,10 @@ def _history_around(
     of the session the window fills up from the other side, so it stays `limit` long."""
     # Both reads take up to limit + 1 rows so the window can shift towards whichever side has
     # messages, and the extra row still tells whether more exist beyond it.
-    newer = list(messages.filter(id__gte=target).order_by("id")[: limit + 1])
+    newer = list(message_rows(messages.filter(id__gte=target), order="id", limit=limit + 1))
     if not newer or newer[0].pk != target:
         raise Http404("Not found.")
-    older = list(messages.filter(id__lt=target).order_by("-id")[: limit + 1])
+    older = list(message_rows(messages.filter(id__lt=target), order="-id", limit=limit + 1))
     want_older = (limit - 1) // 2
     want_newer = limit - want_older  # includes the target itself
     if len(newer) < want_newer:
@@ -241,9 +262,9 @@ def turns_page(*, session: ChatSession, limit: int, cursor: str | None = None) -
         )
         qs = qs.filter(id__lt=position.message_id)
     rows = list(
-        qs.order_by("-id")
+        message_rows(qs, order="-id", limit=limit + 1)
         .annotate(head=Substr("content", 1, _TURN_PREVIEW_READ))
-        .values_list("id", "created_at", "head")[: limit + 1]
+        .values_list("id", "created_at", "head")
     )
     next_cursor = None
     if len(rows) > limit:

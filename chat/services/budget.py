@@ -6,10 +6,10 @@ so the ring a page shows matches what sends report.
 
 The session list needs a budget for up to 100 sessions per page, and the engine's figure is a
 few queries per session: N+1. So the list computes a close estimate inside its page query
-instead (`with_context_runes`: one correlated SUM over the verbatim tail per row, served by
-chat_msg_session_id_idx), and `context_budget_for` uses it when the session carries it. What
-the estimate leaves out: system-prompt hooks (injected memory, which may read files) and the
-JSON of tool calls. We chose this over a stored column because a stored figure must be kept
+instead (`with_context_runes`: one correlated SUM over the newest rows of the verbatim tail,
+served by chat_msg_session_id_idx), and `context_budget_for` uses it when the session carries
+it. What the estimate leaves out: system-prompt hooks (injected memory, which may read files)
+and the JSON of tool calls. We chose this over a stored column because a stored figure must be kept
 right by every writer (send, tool loop, compaction, truncation, memory edits).
 """
 
@@ -23,6 +23,7 @@ from django.db.models.functions import Coalesce, Length
 from chat.models import ChatMessage, ChatSession
 
 ANNOTATION = "verbatim_tail_runes"
+LIST_TAIL_ROWS = 1000
 
 _S = TypeVar("_S", bound=QuerySet[ChatSession])
 
@@ -56,14 +57,24 @@ def context_budget_for(*, session: ChatSession) -> dict[str, Any]:
 
 def with_context_runes(queryset: _S) -> _S:
     """Annotate each session with the rune count of its verbatim tail (id >= anchor, the
-    statuses the engine sends), for `context_budget_for`. Callers select_related("agent")."""
+    statuses the engine sends), for `context_budget_for`. Callers select_related("agent").
+
+    Bounded: only the newest LIST_TAIL_ROWS rows of each tail are summed, chosen through
+    chat_msg_session_id_idx (an unbounded SUM took a second per page for a user owning a
+    1M-message session that was never compacted). A tail that long is far past any budget
+    whatever its exact size, and the next send compacts it."""
     from chat.services import context as engine
 
-    tail = (
+    newest_ids = (
         ChatMessage.objects.filter(
-            session_id=OuterRef("pk"),
-            id__gte=Coalesce(OuterRef("verbatim_since_message_id"), Value(0)),
+            session_id=OuterRef(OuterRef("pk")),
+            id__gte=Coalesce(OuterRef(OuterRef("verbatim_since_message_id")), Value(0)),
         )
+        .order_by("-id")
+        .values("id")[:LIST_TAIL_ROWS]
+    )
+    tail = (
+        ChatMessage.objects.filter(id__in=newest_ids)
         .exclude(status__in=engine._EXCLUDED_STATUSES)
         .order_by()
         .values("session_id")

@@ -46,6 +46,7 @@ from chat.models import (
     MessageStatus,
     SnapshotOutcome,
 )
+from chat.selectors import message_exists, message_rows
 from chat.services.hooks import pre_roll_hooks, system_prompt_hooks
 
 logger = logging.getLogger("chat.context")
@@ -59,6 +60,7 @@ DEFAULT_SYSTEM_PROMPT = "You are Cadau, a helpful assistant. Answer clearly and 
 LEASE_SECONDS = 300
 # Rows fetched per round trip while reading the verbatim tail newest-first.
 TAIL_PAGE = 200
+_TAIL_FIELDS = ("id", "role", "content", "tool_calls", "tool_call_id", "status")
 # Messages that never go to the model: an in-flight reply, or one that failed before finishing.
 _EXCLUDED_STATUSES = (MessageStatus.STREAMING, MessageStatus.FAILED)
 
@@ -211,10 +213,17 @@ def base_system_prompt(*, session: ChatSession, query: str = "") -> str:
 
 
 def _tail_queryset(session: ChatSession) -> Any:
-    qs = ChatMessage.objects.filter(session_id=session.pk).exclude(status__in=_EXCLUDED_STATUSES)
+    """The session's rows from the anchor on. No status condition in SQL: the keyset reads must
+    be answerable from chat_msg_session_id_idx alone (a status filter sends PostgreSQL back to
+    walking the primary key); the few streaming/failed rows are skipped in Python instead."""
+    qs = ChatMessage.objects.filter(session_id=session.pk)
     if session.verbatim_since_message_id is not None:
         qs = qs.filter(id__gte=session.verbatim_since_message_id)
     return qs
+
+
+def _for_model(rows: Sequence[ChatMessage]) -> Iterator[TailMessage]:
+    return (TailMessage.from_row(r) for r in rows if r.status not in _EXCLUDED_STATUSES)
 
 
 def context_state_read(*, session: ChatSession, query: str = "") -> ContextState:
@@ -230,21 +239,20 @@ def context_state_read(*, session: ChatSession, query: str = "") -> ContextState
     runes = 0
     backlog = False
     upper: int | None = None
-    qs = _tail_queryset(session).only("id", "role", "content", "tool_calls", "tool_call_id")
+    qs = _tail_queryset(session)
     while True:
         page_qs = qs if upper is None else qs.filter(id__lt=upper)
         take = min(TAIL_PAGE, cfg.history_read_limit - rows_read)
-        page = list(page_qs.order_by("-id")[:take])
+        page = list(message_rows(page_qs, order="-id", limit=take).only(*_TAIL_FIELDS))
         rows_read += len(page)
-        for row in page:
-            msg = TailMessage.from_row(row)
+        for msg in _for_model(page):
             newest_first.append(msg)
             runes += msg.runes
         if len(page) < take:
             break  # reached the anchor
         upper = page[-1].pk
         if runes > budget_left or rows_read >= cfg.history_read_limit:
-            backlog = _tail_queryset(session).filter(id__lt=upper).exists()
+            backlog = message_exists(_tail_queryset(session).filter(id__lt=upper))
             break
     newest_first.reverse()
     return ContextState(
@@ -549,18 +557,12 @@ def _chain(first: Iterator[TailMessage], rest: Sequence[TailMessage]) -> Iterato
 
 
 def _iter_range(*, session: ChatSession, lower: int | None, stop: int) -> Iterator[TailMessage]:
-    qs = ChatMessage.objects.filter(session_id=session.pk, id__lt=stop).exclude(
-        status__in=_EXCLUDED_STATUSES
-    )
+    qs = ChatMessage.objects.filter(session_id=session.pk, id__lt=stop)
     cursor = lower
     while True:
         page_qs = qs if cursor is None else qs.filter(id__gte=cursor)
-        page = list(
-            page_qs.order_by("id").only("id", "role", "content", "tool_calls", "tool_call_id")[
-                :TAIL_PAGE
-            ]
-        )
-        yield from (TailMessage.from_row(r) for r in page)
+        page = list(message_rows(page_qs, order="id", limit=TAIL_PAGE).only(*_TAIL_FIELDS))
+        yield from _for_model(page)
         if len(page) < TAIL_PAGE:
             return
         cursor = page[-1].pk + 1
@@ -781,14 +783,16 @@ def _roll_seed(*, session: ChatSession, result: RollResult, query: str) -> None:
     cfg = context_config_for(session=session)
     prompt = base_system_prompt(session=session, query=query)
     rows = list(
-        ChatMessage.objects.filter(session_id=session.pk)
-        .exclude(status__in=_EXCLUDED_STATUSES)
-        .order_by("-id")[: cfg.history_read_limit]
+        message_rows(
+            ChatMessage.objects.filter(session_id=session.pk),
+            order="-id",
+            limit=cfg.history_read_limit,
+        )
     )
     rows.reverse()
     result.rows_read = len(rows)
     anchor = session.verbatim_since_message_id
-    prior = [TailMessage.from_row(r) for r in rows if anchor is None or r.pk >= anchor]
+    prior = list(_for_model([r for r in rows if anchor is None or r.pk >= anchor]))
     rounds = 0
 
     def estimate() -> int:

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from chat.api.errors import ApiError
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
+from chat.selectors import message_rows
 from chat.services.events import event_publish_on_commit
 
 # A reply row still `streaming` with no progress saved for this long belongs to a dead process.
@@ -55,25 +56,24 @@ def _reply_to(user_message: ChatMessage) -> ChatMessage | None:
     rows lie between its user message and the next one: bound the scan to that id range (a JSON
     lookup over a long session would otherwise read all of it)."""
     turn = ChatMessage.objects.filter(session_id=user_message.session_id, id__gt=user_message.pk)
-    next_user = turn.filter(role=MessageRole.USER).order_by("id").values_list("id", flat=True)[:1]
+    next_user = list(
+        message_rows(turn.filter(role=MessageRole.USER), order="id", limit=1).values_list(
+            "id", flat=True
+        )
+    )
     if next_user:
         turn = turn.filter(id__lt=next_user[0])
-    return (
-        turn.filter(role=MessageRole.ASSISTANT, metadata__reply_to=user_message.pk)
-        .order_by("-id")
-        .first()
-    )
+    replies = turn.filter(role=MessageRole.ASSISTANT, metadata__reply_to=user_message.pk)
+    return message_rows(replies, order="-id", limit=1).first()
 
 
-def _active_reply(session_id: int) -> ChatMessage | None:
+def _reply_active(session_id: int) -> bool:
+    """A live reply in the session? EXISTS without ORDER BY, so both databases answer from the
+    partial index chat_msg_streaming_idx (which holds only the few streaming rows)."""
     fresh_since = timezone.now() - timedelta(seconds=STALE_STREAMING_SECONDS)
-    return (
-        ChatMessage.objects.filter(
-            session_id=session_id, status=MessageStatus.STREAMING, updated_at__gte=fresh_since
-        )
-        .only("id")
-        .first()
-    )
+    return ChatMessage.objects.filter(
+        session_id=session_id, status=MessageStatus.STREAMING, updated_at__gte=fresh_since
+    ).exists()
 
 
 def validate_content(*, content: Any) -> str:
@@ -138,7 +138,7 @@ def _turn_start_once(
                 return TurnStart(
                     user_message=existing, assistant_message=_reply_to(existing), created=False
                 )
-        if _active_reply(locked.pk) is not None:
+        if _reply_active(locked.pk):
             return None
         now = timezone.now()
         user_message = ChatMessage.objects.create(
@@ -170,7 +170,7 @@ def reply_restart(*, session: ChatSession, assistant_message: ChatMessage) -> Ch
     """Regenerate / retry: the reply row goes back to `streaming` with empty content."""
     with transaction.atomic():
         ChatSession.objects.select_for_update().get(pk=session.pk)
-        if _active_reply(session.pk) is not None:
+        if _reply_active(session.pk):
             raise ApiError(
                 "Another reply is still being generated in this session.",
                 code="reply_in_progress",
