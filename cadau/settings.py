@@ -150,7 +150,9 @@ USE_TZ = True
 # --- Static files: served by the app itself (whitenoise), no CDN -----------------------------
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# The app serves static files from its own folders (WHITENOISE_USE_FINDERS); STATIC_ROOT is only
+# for a deployment that runs collectstatic (whitenoise warns at start-up if it points nowhere).
+STATIC_ROOT: str | None = env.str("STATIC_ROOT", default="") or None
 
 # --- REST framework -------------------------------------------------------------------------
 REST_FRAMEWORK = {
