@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any
@@ -24,7 +25,12 @@ from chat.services import context as ctx
 from chat.services import hooks
 from chat.services.background import background_submit
 from chat.services.events import event_publish_async, event_publish_now
-from chat.services.messages import message_payload, reply_finish, reply_progress
+from chat.services.messages import (
+    message_payload,
+    reply_finish,
+    reply_progress,
+    reply_progress_many,
+)
 from chat.services.realtime import generation_observe, generation_tracked
 from chat.services.toolloop import RoundsState, reply_rounds_run
 
@@ -281,6 +287,123 @@ def _state(session_id: int, query: str) -> ctx.ContextState:
     return ctx.context_state_read(session=session, query=query)
 
 
+class _ProgressWriter:
+    """Saves every streaming reply of this event loop every SAVE_EVERY_SECONDS, all in one
+    transaction. Streams only register their growing list of pieces; no token waits for a write,
+    and the database sees one connection and one commit per interval instead of one per reply
+    (the per-reply saves were half the server's CPU with 200 streams). The saves are also the
+    liveness signal (updated_at) that keeps a live reply from being swept as stale."""
+
+    def __init__(self) -> None:
+        self._live: dict[int, list[str]] = {}
+        self._saved: dict[int, int] = {}  # pieces already written, per reply
+        self._task: asyncio.Task[None] | None = None
+        self.inflight: asyncio.Future[None] | None = None
+
+    def track(self, message_id: int, parts: list[str]) -> None:
+        self._live[message_id] = parts
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+
+    def untrack(self, message_id: int) -> None:
+        self._live.pop(message_id, None)
+        self._saved.pop(message_id, None)
+
+    async def _run(self) -> None:
+        while self._live:
+            await asyncio.sleep(SAVE_EVERY_SECONDS)
+            batch = {
+                message_id: "".join(parts)
+                for message_id, parts in list(self._live.items())
+                if len(parts) != self._saved.get(message_id)
+            }
+            for message_id in batch:
+                self._saved[message_id] = len(self._live[message_id])
+            if not batch:
+                continue
+            self.inflight = asyncio.ensure_future(
+                database_sync_to_async(reply_progress_many, thread_sensitive=False)(updates=batch)
+            )
+            try:
+                await self.inflight
+            except Exception:
+                logger.exception("chat_reply_progress_failed replies=%d", len(batch))
+
+
+_writers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ProgressWriter] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _progress_writer() -> _ProgressWriter:
+    loop = asyncio.get_running_loop()
+    writer = _writers.get(loop)
+    if writer is None:
+        writer = _writers[loop] = _ProgressWriter()
+    return writer
+
+
+class _DeltaPump:
+    """Publishes a reply's text as `delta` events, coalescing under load.
+
+    The stream reader only appends to a buffer; this task sends whatever has accumulated each
+    time it runs. On a quiet server it runs after every token, so each token goes out alone and
+    at once. When the process is saturated (hundreds of streams) tokens pile up between its
+    runs and leave as one event, so the per-event cost (channel layer, every socket's frame) is
+    paid per batch: throughput rises to meet demand instead of a backlog growing without bound
+    (bench/realtime.py). `offset` is where the batch starts in the reply and `emitted_at` the
+    provider's emit time of its first token, so clients and the benchmark see the worst case."""
+
+    def __init__(self, *, session_id: int, message_id: int, emit: Emit | None) -> None:
+        self._session_id = session_id
+        self._message_id = message_id
+        self._emit = emit
+        self._pending: list[str] = []
+        self._offset = 0  # of the first pending piece
+        self._sent = 0
+        self._emitted_at: float | None = None
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task = asyncio.ensure_future(self._run())
+
+    def push(self, text: str, emitted_at: float | None) -> None:
+        if not self._pending:
+            self._offset = self._sent
+            self._emitted_at = emitted_at
+        self._pending.append(text)
+        self._sent += len(text)
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._pending:
+                delta: dict[str, Any] = {
+                    "type": "delta",
+                    "message_id": self._message_id,
+                    "text": "".join(self._pending),
+                    # offset: where this piece starts in the reply; lets a reconnecting socket
+                    # drop pieces its resumed partial already holds (chat/consumers.py).
+                    "offset": self._offset,
+                }
+                if self._emitted_at is not None:
+                    delta["emitted_at"] = self._emitted_at
+                self._pending = []
+                await _send(self._session_id, self._emit, delta)
+            if self._closing and not self._pending:
+                return
+
+    async def close(self) -> None:
+        """Send what is left, then stop (before `done` goes out)."""
+        self._closing = True
+        self._wake.set()
+        await self._task
+
+    def abort(self) -> None:
+        self._task.cancel()
+
+
 async def _stream(
     *,
     provider: Any,
@@ -292,9 +415,9 @@ async def _stream(
     emit: Emit | None,
 ) -> tuple[str, dict[str, Any]]:
     parts: list[str] = []
-    streamed = 0
-    saved_at = time.monotonic()
-    saving: asyncio.Future[None] | None = None
+    pump = _DeltaPump(session_id=session_id, message_id=message_id, emit=emit)
+    writer = _progress_writer()
+    writer.track(message_id, parts)
     finish: dict[str, Any] = {}
     try:
         # aclosing: on cancel the HTTP stream is closed at once, not when the GC gets to it.
@@ -303,34 +426,10 @@ async def _stream(
         ) as stream:
             async for event in stream:
                 if event.kind == "delta" and event.text:
-                    # offset: where this piece starts in the reply; lets a reconnecting socket
-                    # drop pieces its resumed partial already holds (chat/consumers.py).
-                    delta: dict[str, Any] = {
-                        "type": "delta",
-                        "message_id": message_id,
-                        "text": event.text,
-                        "offset": streamed,
-                    }
                     parts.append(event.text)
-                    streamed += len(event.text)
-                    if event.emitted_at is not None:
-                        # The provider's own emit time (the fake server sends it): lets a client
-                        # measure the latency this server adds per token (bench/realtime.py).
-                        delta["emitted_at"] = event.emitted_at
-                    await _send(session_id, emit, delta)
-                    if time.monotonic() - saved_at >= SAVE_EVERY_SECONDS and (
-                        saving is None or saving.done()
-                    ):
-                        saved_at = time.monotonic()
-                        # In the background: awaiting the write here held back every token
-                        # behind it (the p99 of bench/realtime.py). Off the thread-sensitive
-                        # worker, so saves do not queue behind other requests' sync work.
-                        # A save landing after the final write is a no-op (status filter).
-                        saving = asyncio.ensure_future(
-                            database_sync_to_async(reply_progress, thread_sensitive=False)(
-                                message_id=message_id, content="".join(parts)
-                            )
-                        )
+                    # emitted_at: the provider's own emit time (the fake server sends it), so a
+                    # client can measure the latency this server adds (bench/realtime.py).
+                    pump.push(event.text, event.emitted_at)
                 elif event.kind == "done":
                     usage = event.usage
                     finish = {
@@ -347,18 +446,27 @@ async def _stream(
                     if event.text and not parts:
                         parts.append(event.text)
     except asyncio.CancelledError:
-        if saving is not None:
-            # An older save still in flight must not land after the final one below.
-            await asyncio.shield(saving)
+        pump.abort()
+        writer.untrack(message_id)
+        if writer.inflight is not None and not writer.inflight.done():
+            # An older batch still in flight must not land after the final save below.
+            await asyncio.shield(writer.inflight)
         await asyncio.shield(
             database_sync_to_async(reply_progress)(message_id=message_id, content="".join(parts))
         )
         raise
     except StreamInterrupted as exc:
+        writer.untrack(message_id)
+        await pump.close()
         exc.partial = exc.partial or "".join(parts)
         raise
-    if saving is not None:
-        await saving
+    except BaseException:
+        writer.untrack(message_id)
+        pump.abort()
+        raise
+    # The caller's final write follows; a batch landing after it is a no-op (status filter).
+    writer.untrack(message_id)
+    await pump.close()
     return "".join(parts), finish
 
 
