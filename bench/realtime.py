@@ -444,16 +444,19 @@ def _report(
                 "",
                 f"What limits the {n}-socket run: the demand is {n} x "
                 f"{1000.0 / args.rt_token_ms:g} = {demand:,.0f} tokens per second, each one an "
-                "upstream SSE line to parse, a channel-layer message and a WebSocket frame, all "
-                "on one Python event loop. One process delivers about a tenth of that on this "
-                "2-core VM (shared with the fake LLM server's 200 threads, the client and other "
-                "work), so a backlog builds for the whole reply and the latency is that backlog, "
-                "not a per-token cost: the 1-client rows show the per-token cost. Two fixes "
-                "found by this benchmark are in: forwarded events skip Channels' per-message "
-                "`close_old_connections` hop through the single sync thread, and the in-memory "
-                "layer sweeps expired entries once a second instead of on every message (before: "
-                "p95 28.6 s with 200 sockets). Beyond that the way to 200 streaming sockets at "
-                'p95 <= 50 ms is more processes (`REDIS_URL`, README "Running N processes") '
-                "or more cores, not a faster loop.",
+                "upstream SSE line to parse and, unless coalesced, a channel-layer message and a "
+                "WebSocket frame, all on one Python event loop. During the run the server "
+                "process sits at ~100% of one core (top; the fake LLM server ~17%, the client "
+                "~5%), so latency is queueing in a saturated process, not a per-token cost: the "
+                "1-client rows show that. Fixes found with this benchmark and py-spy, in order: "
+                "forwarded events skip Channels' per-message `close_old_connections` hop "
+                "through the single sync thread and the in-memory layer sweeps expiry once a "
+                "second (p95 28.6 s -> ~12 s); deltas coalesce when the loop falls behind, so a "
+                "saturated server sends fewer, larger frames (-> ~1.0 s); progress saves of all "
+                "live replies are batched into one transaction every 0.5 s instead of one "
+                "connection per reply per save (-> ~0.36 s). What is left is the streaming path "
+                "itself (SSE parsing, fan-out, frames) in one process: the way to p95 <= 50 ms "
+                'at this load is more processes (`REDIS_URL`, README "Running N processes") on '
+                "more cores than this 2-core machine, which also hosts the load generator.",
             ]
     return "\n".join(lines)
