@@ -13,14 +13,14 @@ import argparse
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench.procs import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 # The shipped defaults, spelled out so the table says what ran. Both strategies get the same.
@@ -43,12 +43,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--context-sends", type=int, default=40)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _env(*, db: Path, fake_url: str, strategy: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(KNOBS)
@@ -67,40 +61,9 @@ def _env(*, db: Path, fake_url: str, strategy: str) -> dict[str, str]:
     return env
 
 
-class _FakeLLM:
-    def __init__(self) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "fakellm",
-                "--port",
-                str(self.port),
-                "--reply-words",
-                "60",
-            ],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"{self.url}/_control/health", timeout=1).raise_for_status()
-                return
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        raise RuntimeError("fake LLM server did not start")
-
-    def reset(self) -> None:
-        httpx.post(f"{self.url}/_control/reset", timeout=5).raise_for_status()
-        httpx.post(f"{self.url}/_control/config", json={"reply_words": 60}, timeout=5)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+def _fake_llm_reset(fake: ServerProcess) -> None:
+    httpx.post(f"{fake.url}/_control/reset", timeout=5).raise_for_status()
+    httpx.post(f"{fake.url}/_control/config", json={"reply_words": 60}, timeout=5)
 
 
 def _worker(args: list[str], env: dict[str, str]) -> Any:
@@ -127,11 +90,14 @@ def _fresh_db(name: str) -> Path:
 
 
 def run(*, args: Any, command: str) -> str:
-    fake = _FakeLLM()
+    fake = ServerProcess.fake_llm(
+        env=dict(os.environ), log_path=ROOT / ".bench" / "context-fakellm.log", reply_words=60
+    )
+    fake.wait_ready(path="/_control/health", timeout=30)
     try:
         conv: dict[str, Any] = {}
         for strategy in ("seed", "cadau"):
-            fake.reset()
+            _fake_llm_reset(fake)
             print(f"[context] {args.context_turns} turns, strategy={strategy}", flush=True)
             conv[strategy] = _worker(
                 ["conversation", "--turns", str(args.context_turns)],

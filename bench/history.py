@@ -14,7 +14,6 @@ import json
 import os
 import platform
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench.procs import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -83,12 +84,6 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _child_env(*, database_url: str, conn_max_age: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
@@ -140,51 +135,6 @@ def _ensure_pg_database(url: str) -> str | None:
     except psycopg.OperationalError as exc:
         return f"skipped: PostgreSQL unreachable ({str(exc).strip().splitlines()[0]})"
     return None
-
-
-_DAPHNE = [sys.executable, "-m", "daphne"]
-
-
-class _Server:
-    """The real ASGI app under Daphne, as `make run` serves it, plus the bench URLconf."""
-
-    def __init__(self, *, env: dict[str, str], label: str) -> None:
-        self.port = _free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        CACHE.mkdir(exist_ok=True)
-        self.log_path = CACHE / f"daphne-{label}.log"
-        self._log_file = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            [*_DAPHNE, "-b", "127.0.0.1", "-p", str(self.port), "cadau.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, *, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                # Any HTTP answer means the app is up; a GET of the token endpoint is a cheap 405.
-                httpx.get(self.base_url + "/api/v1/auth/token", timeout=2.0)
-                return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        tail = self.log_path.read_text()[-2000:]
-        raise RuntimeError(f"Daphne did not come up on {self.base_url}:\n{tail}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log_file.close()
 
 
 def _get_json(client: httpx.Client, path: str, params: dict[str, str]) -> dict[str, Any]:
@@ -279,12 +229,13 @@ def _run_database(*, label: str, url: str, sizes: list[int], args: Any) -> DbRes
     result.sessions = prepared["sessions"]
     result.server_version = prepared["server_version"]
 
-    server = _Server(env=env, label=label)
+    # The real ASGI app under Daphne, as `make run` serves it, plus the bench URLconf (env).
+    server = ServerProcess.app(env=env, log_path=CACHE / f"daphne-{label}.log")
     try:
         server.wait_ready()
         from bench.worker import BENCH_PASSWORD, BENCH_USER
 
-        with httpx.Client(base_url=server.base_url, timeout=60.0) as client:
+        with httpx.Client(base_url=server.url, timeout=60.0) as client:
             login = client.post(
                 "/api/v1/auth/token", json={"username": BENCH_USER, "password": BENCH_PASSWORD}
             )

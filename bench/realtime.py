@@ -30,7 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
+from bench.procs import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -88,14 +88,6 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _pct(values: list[float], pct: float) -> float:
     if not values:
         return float("nan")
@@ -133,38 +125,6 @@ class _RssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-class _Proc:
-    def __init__(self, *, argv: list[str], env: dict[str, str], log_name: str) -> None:
-        CACHE.mkdir(exist_ok=True)
-        self.log_path = CACHE / log_name
-        self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
-
-    def wait_http(self, url: str, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                httpx.get(url, timeout=2.0)
-                return
-            except httpx.TransportError:
-                time.sleep(0.2)
-        raise RuntimeError(
-            f"{self.proc.args!r} did not come up:\n{self.log_path.read_text()[-2000:]}"
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
 
 
 def _env(*, database_url: str, llm_url: str) -> dict[str, str]:
@@ -256,35 +216,6 @@ async def _run_clients(
     return result
 
 
-def _server_argv(kind: str, port: int) -> list[str]:
-    if kind == "daphne":
-        return [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "cadau.asgi:application",
-        ]
-    if kind == "uvicorn":
-        return [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "cadau.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-            "--no-access-log",
-        ]
-    raise ValueError(kind)
-
-
 def _version(module: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -296,6 +227,9 @@ def _version(module: str) -> str:
 
 def run(*, args: argparse.Namespace, command: str) -> str:
     servers = [s.strip() for s in args.rt_servers.split(",") if s.strip()]
+    unknown = set(servers) - {"daphne", "uvicorn"}
+    if unknown:
+        raise SystemExit(f"--rt-servers: unknown {', '.join(sorted(unknown))}")
     CACHE.mkdir(exist_ok=True)
     if args.rt_database_url:
         database_url, db_label = args.rt_database_url, "PostgreSQL (--rt-database-url)"
@@ -304,38 +238,32 @@ def run(*, args: argparse.Namespace, command: str) -> str:
         for suffix in ("", "-wal", "-shm"):
             Path(str(db_file) + suffix).unlink(missing_ok=True)
         database_url, db_label = f"sqlite:///{db_file}", "SQLite (fresh file, WAL)"
-    llm_port = _free_port()
+    llm_port = free_port()
     llm_url = f"http://127.0.0.1:{llm_port}/v1"
     env = _env(database_url=database_url, llm_url=llm_url)
     _log("realtime: migrate")
     _manage(env, "manage.py", "migrate", "--noinput", "-v", "0")
-    fake = _Proc(
-        argv=[
-            sys.executable,
-            "manage.py",
-            "fakellm",
-            "--port",
-            str(llm_port),
-            "--token-ms",
-            f"{args.rt_token_ms:g}",
-            "--reply-words",
-            str(args.rt_words),
-        ],
+    fake = ServerProcess.fake_llm(
         env=env,
-        log_name="realtime-fakellm.log",
+        log_path=CACHE / "realtime-fakellm.log",
+        token_ms=args.rt_token_ms,
+        reply_words=args.rt_words,
+        port=llm_port,
     )
     rows: dict[str, tuple[RunResult, RunResult]] = {}
     load_before = os.getloadavg()
     try:
-        fake.wait_http(llm_url + "/models")
+        fake.wait_ready(path="/v1/models")
         for kind in servers:
             setup = json.loads(
                 _manage(env, "-c", _SETUP, str(args.rt_clients + 1)).strip().splitlines()[-1]
             )
-            port = _free_port()
-            server = _Proc(argv=_server_argv(kind, port), env=env, log_name=f"realtime-{kind}.log")
+            server = ServerProcess.app(
+                env=env, log_path=CACHE / f"realtime-{kind}.log", server=kind
+            )
+            port = server.port
             try:
-                server.wait_http(f"http://127.0.0.1:{port}/api/v1/auth/token")
+                server.wait_ready()
                 _log(f"realtime: {kind}, 1 client x {args.rt_turns} turns")
                 one = asyncio.run(
                     _run_clients(

@@ -17,7 +17,6 @@ import json
 import os
 import platform
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,23 +24,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+from bench.procs import CHROMIUM, CHROMIUM_ARGS, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
-DAPHNE = [sys.executable, "-m", "daphne"]
-CHROMIUM = os.environ.get("CADAU_CHROMIUM", "/usr/bin/chromium")
 USER = "bench-ui"
 PASSWORD = "bench-ui-" + "pw-1234"
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 
 # Counts message elements after every DOM change (installed before the app's script runs).
 MAX_COUNTER = """
@@ -74,12 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env(db: Path) -> dict[str, str]:
@@ -117,28 +99,6 @@ def _prepare(*, messages: int) -> tuple[dict[str, str], int]:
     return env, int(json.loads(out.strip().splitlines()[-1])["session_id"])
 
 
-def _start(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    log = (CACHE / "daphne-ui.log").open("w")
-    proc = subprocess.Popen(
-        [*DAPHNE, "-b", "127.0.0.1", "-p", str(port), "cadau.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            httpx.get(url + "/accounts/login/", timeout=2)
-            return proc, url
-        except httpx.TransportError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("Daphne did not start; see .bench/daphne-ui.log")
-
-
 def _metrics(cdp: Any) -> dict[str, float]:
     cdp.send("HeapProfiler.collectGarbage")
     return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
@@ -149,7 +109,7 @@ def _measure(*, url: str, session_id: int, loads: int) -> dict[str, Any]:
 
     result: dict[str, Any] = {}
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         result["browser"] = browser.version
         context = browser.new_context(viewport={"width": 1280, "height": 800})
         context.add_init_script(MAX_COUNTER)
@@ -218,13 +178,10 @@ def run(*, args: Any, command: str) -> str:
         return f"## Chat page in a browser\n\nskipped: Chromium not found at {CHROMIUM}."
     _log(f"[ui] seeding {args.ui_messages:,} messages ...")
     env, session_id = _prepare(messages=args.ui_messages)
-    proc, url = _start(env)
-    try:
+    with ServerProcess.app(env=env, log_path=CACHE / "daphne-ui.log") as server:
+        server.wait_ready(path="/accounts/login/")
         _log("[ui] measuring in Chromium ...")
-        r = _measure(url=url, session_id=session_id, loads=args.ui_loads)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        r = _measure(url=server.url, session_id=session_id, loads=args.ui_loads)
     mib = 1024 * 1024
     heap_b, heap_m, heap_a = (h / mib for h in r["heap"])
     pages = args.ui_messages // 50

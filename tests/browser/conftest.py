@@ -13,41 +13,25 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-import httpx
 import pytest
 
+from bench.procs import CHROMIUM, CHROMIUM_ARGS, ServerProcess, database_url
 from chat.llm.fake_server import FakeLLMServer
 from tests.factories import UserFactory
 
-DAPHNE = [sys.executable, "-m", "daphne"]
-CHROMIUM = os.environ.get("CADAU_CHROMIUM", "/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "artifacts" / "screenshots"
 PASSWORD = "pw-for-tests-1"  # UserFactory's
-LAUNCH_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 
 # Playwright's sync API keeps an event loop running in this thread, which trips Django's
 # "async-unsafe" guard on every ORM call a test makes to set up data. The calls really are
-# synchronous (this thread, between browser steps), so the guard is a false alarm here.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# synchronous (this thread, between browser steps), so the guard is a false alarm here; it is
+# lifted for this package's tests only (the `browser` fixture below), never for the suite.
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
@@ -64,24 +48,10 @@ def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
                 )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _database_url() -> str:
     from django.db import connection
 
-    cfg = connection.settings_dict
-    if cfg["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{cfg['NAME']}"
-    user = quote(cfg.get("USER") or "")
-    password = quote(cfg.get("PASSWORD") or "")
-    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
-    return (
-        f"postgres://{auth}{cfg.get('HOST') or '127.0.0.1'}:{cfg.get('PORT') or 5432}/{cfg['NAME']}"
-    )
+    return database_url(connection.settings_dict)
 
 
 @dataclass
@@ -91,7 +61,7 @@ class LiveApp:
     log: Path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def live_app(
     django_db_setup: Any,
     django_db_blocker: Any,
@@ -99,7 +69,6 @@ def live_app(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[LiveApp]:
     tmp_runtime = tmp_path_factory.mktemp("runtime")
-    port = _free_port()
     log = ROOT / "artifacts" / "browser-daphne.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -122,45 +91,34 @@ def live_app(
     # Agent memory files of these tests go to a scratch folder, never the checkout's runtime/.
     env["RUNTIME_DIR"] = str(tmp_runtime)
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [*DAPHNE, "-b", "127.0.0.1", "-p", str(port), "cadau.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"Daphne did not start:\n{log.read_text()[-3000:]}")
-                try:
-                    httpx.get(url + "/accounts/login/", timeout=2)
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.2)
-            yield LiveApp(url=url, fake=fake_llm_server, log=log)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    server = ServerProcess.app(env=env, log_path=log)
+    try:
+        server.wait_ready(path="/accounts/login/")
+        yield LiveApp(url=server.url, fake=fake_llm_server, log=log)
+    finally:
+        server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
+    """Package-scoped: Playwright's sync API runs an event loop in this thread while it is
+    open, which would break every later test that calls async code from sync code."""
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            try:
+                yield browser
+            finally:
+                browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture

@@ -10,13 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,11 +23,10 @@ from django.db import connection
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
+from bench.procs import ServerProcess, database_url
 from chat.llm.fake_server import FakeLLMServer
 from chat.models import ChatMessage, MessageStatus
 from tests.factories import ChatSessionFactory, UserFactory
-
-ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.postgres_only,
@@ -40,61 +35,6 @@ pytestmark = [
         reason="needs DATABASE_URL=postgres://... and REDIS_URL (processes share both)",
     ),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _database_url() -> str:
-    # pytest-django renamed the database (test_<name>); the children must use that one.
-    db = connection.settings_dict
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return (
-        f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:"
-        f"{db['PORT'] or 5432}/{db['NAME']}"
-    )
-
-
-class _Daphne:
-    def __init__(self, *, env: dict[str, str], log: Path) -> None:
-        self.port = _free_port()
-        self.log = log
-        self._log_file = log.open("w")
-        command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
-        self.proc = subprocess.Popen(
-            [*command, "cadau.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-        )
-
-    @property
-    def http(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                httpx.get(self.http + "/api/v1/auth/token", timeout=1.0)
-                return
-            except httpx.TransportError:
-                time.sleep(0.1)
-        raise RuntimeError(f"Daphne did not start:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log_file.close()
 
 
 @pytest.fixture
@@ -107,10 +47,13 @@ def fake_llm_slow(fake_llm_server: FakeLLMServer) -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture
-def two_daphnes(transactional_db, fake_llm_slow, tmp_path) -> Iterator[tuple[_Daphne, _Daphne]]:
+def two_daphnes(
+    transactional_db, fake_llm_slow, tmp_path
+) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     env = dict(os.environ)
     env.update(
-        DATABASE_URL=_database_url(),
+        # pytest-django renamed the database (test_<name>); the children must use that one.
+        DATABASE_URL=database_url(connection.settings_dict),
         REDIS_URL=settings.REDIS_URL,
         # A prefix of our own: no stale groups from earlier runs, no crosstalk with other runs.
         REDIS_PREFIX=f"cadau-scaleout-{uuid.uuid4().hex[:8]}",
@@ -125,8 +68,8 @@ def two_daphnes(transactional_db, fake_llm_slow, tmp_path) -> Iterator[tuple[_Da
         PYTHONUNBUFFERED="1",
     )
     servers = (
-        _Daphne(env=env, log=tmp_path / "daphne-a.log"),
-        _Daphne(env=env, log=tmp_path / "daphne-b.log"),
+        ServerProcess.app(env=env, log_path=tmp_path / "daphne-a.log"),
+        ServerProcess.app(env=env, log_path=tmp_path / "daphne-b.log"),
     )
     try:
         for server in servers:
@@ -150,10 +93,10 @@ def alice(transactional_db) -> dict[str, Any]:
     }
 
 
-def _ws(server: _Daphne, session_id: int, cookie: str) -> Any:
+def _ws(server: ServerProcess, session_id: int, cookie: str) -> Any:
     return websockets.connect(
         f"ws://127.0.0.1:{server.port}/ws/chat/{session_id}/",
-        additional_headers={"Cookie": f"sessionid={cookie}", "Origin": server.http},
+        additional_headers={"Cookie": f"sessionid={cookie}", "Origin": server.url},
         open_timeout=10,
     )
 
@@ -183,7 +126,7 @@ async def test_a_socket_on_process_a_sees_live_a_rest_send_on_process_b(
 
         def rest_send() -> tuple[float, httpx.Response]:
             r = httpx.post(
-                b.http + "/api/v1/chat/send",
+                b.url + "/api/v1/chat/send",
                 json={"session_id": session.pk, "content": "hello from B"},
                 headers={"Authorization": f"Token {alice['token']}"},
                 timeout=20,
@@ -251,7 +194,7 @@ async def test_refusals_hold_on_a_real_server(two_daphnes, alice):
     a, _ = two_daphnes
     session = alice["session"]
     for headers in (
-        {"Origin": a.http},  # no session cookie
+        {"Origin": a.url},  # no session cookie
         {"Origin": "http://evil.example", "Cookie": f"sessionid={alice['cookie']}"},
     ):
         with pytest.raises(websockets.exceptions.InvalidStatus) as refused:

@@ -1,0 +1,135 @@
+"""Child processes that the benchmarks and the multi-process tests start: the app under Daphne
+or uvicorn, the fake LLM server, and the flags for Debian's Chromium. One place, so every
+caller starts, waits for and stops them the same way (and never leaves one running)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = "cadau.asgi:application"
+
+CHROMIUM = os.environ.get("CADAU_CHROMIUM", "/usr/bin/chromium")
+# Headless as root, and without the background traffic that this closed network refuses.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+
+
+def database_url(settings_dict: dict[str, Any]) -> str:
+    """DATABASE_URL of a Django connection's settings, so a child process can open the same
+    database (tests pass the test database pytest-django created)."""
+    if settings_dict["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{settings_dict['NAME']}"
+    user = quote(settings_dict.get("USER") or "")
+    password = quote(settings_dict.get("PASSWORD") or "")
+    auth = f"{user}:{password}@" if password else (f"{user}@" if user else "")
+    host = settings_dict.get("HOST") or "127.0.0.1"
+    return f"postgres://{auth}{host}:{settings_dict.get('PORT') or 5432}/{settings_dict['NAME']}"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """A child serving HTTP on a loopback port, its output in `log_path`. Use as a context
+    manager, or call `stop()`."""
+
+    def __init__(self, *, argv: list[str], port: int, env: dict[str, str], log_path: Path) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = log_path.open("w")
+        self.proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+
+    @classmethod
+    def app(
+        cls,
+        *,
+        env: dict[str, str],
+        log_path: Path,
+        server: Literal["daphne", "uvicorn"] = "daphne",
+        port: int | None = None,
+    ) -> ServerProcess:
+        """The real ASGI app, as `make run` serves it (Daphne) or under uvicorn."""
+        port = port or free_port()
+        if server == "daphne":
+            argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), APP]
+        else:
+            argv = [sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1"]
+            argv += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
+        return cls(argv=argv, port=port, env=env, log_path=log_path)
+
+    @classmethod
+    def fake_llm(
+        cls,
+        *,
+        env: dict[str, str],
+        log_path: Path,
+        token_ms: float = 0.0,
+        reply_words: int = 0,
+        port: int | None = None,
+    ) -> ServerProcess:
+        port = port or free_port()
+        argv = [sys.executable, "manage.py", "fakellm", "--port", str(port)]
+        argv += ["--token-ms", f"{token_ms:g}", "--reply-words", str(reply_words)]
+        return cls(argv=argv, port=port, env=env, log_path=log_path)
+
+    def wait_ready(self, *, path: str = "/api/v1/auth/token", timeout: float = 60.0) -> None:
+        """Until any HTTP answer comes from `path` (a 405 will do), or raise with the log."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                httpx.get(self.url + path, timeout=2.0)
+                return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"{self.proc.args!r} did not come up:\n{self.log_tail()}")
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not self._log.closed:
+            self._log.close()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
