@@ -25,7 +25,7 @@ migrate: install .env.local
 	$(PY) manage.py migrate --noinput
 
 run: migrate
-	$(PY) manage.py ensure_local_login
+	$(PY) manage.py ensure_local_login --url http://$(HOST):$(PORT)/
 	$(PY) manage.py sweep_streaming
 	$(PY) -m daphne -b $(HOST) -p $(PORT) cadau.asgi:application
 
