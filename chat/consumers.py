@@ -26,7 +26,8 @@ the session's channel group; events to "this socket only" are noted):
   partial is the last progress save, up to SAVE_EVERY_SECONDS old: the `done` event always
   carries the full text), and (b) for a repeated client_id.
 - `{"type": "delta", "message_id": int, "text": str, "offset": int, "emitted_at"?: float}`: the
-  next piece of a reply; `offset` is where `text` starts in the reply's content (after a resume
+  next piece of a reply (one token, or several coalesced when the server is busy); `offset` is
+  where `text` starts in the reply's content (after a resume
   this socket gets no piece twice). `emitted_at` (optional metadata) is the LLM server's own
   emit time of the chunk when it reports one (the fake server's `x_emit_ts`); it lets a client
   measure the latency this server adds.
