@@ -4,16 +4,14 @@ rune cap, and memory_auto_append."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from asgiref.sync import async_to_sync
 from django.utils import timezone
 
 from agentmemory import store
 from agentmemory.hooks import MEMORY_PROMPT_HEADING, memory_system_prompt
 from agentmemory.remember import remember_request
 from tests.factories import AgentFactory, ChatSessionFactory
+from tests.helpers import send_streaming
 
 
 @pytest.mark.parametrize(
@@ -61,31 +59,11 @@ def test_no_false_positives(text):
     assert remember_request(text) is None
 
 
-def _sse(api, session, content):
-    r = api.post(
-        "/api/v1/chat/send",
-        {"session_id": session.pk, "content": content},
-        format="json",
-        HTTP_ACCEPT="text/event-stream",
-    )
-
-    async def collect() -> bytes:
-        return b"".join([chunk async for chunk in r.streaming_content])
-
-    raw = async_to_sync(collect)().decode()
-    return [
-        json.loads(line[6:])
-        for block in raw.split("\n\n")
-        for line in block.splitlines()
-        if line.startswith("data: ")
-    ]
-
-
 @pytest.mark.django_db(transaction=True)
 def test_remember_in_chat_stores_announces_and_injects(api, owner, fake_llm, runtime):
     agent = AgentFactory(owner=owner, config_json={"tools": []})
     session = ChatSessionFactory(owner=owner, agent=agent)
-    events = _sse(api, session, "记住：我的猫叫 Miso")
+    events = send_streaming(api, session, "记住：我的猫叫 Miso")
     memory = [e for e in events if e["type"] == "memory"]
     assert len(memory) == 1
     event = memory[0]
@@ -98,7 +76,7 @@ def test_remember_in_chat_stores_announces_and_injects(api, owner, fake_llm, run
     assert MEMORY_PROMPT_HEADING in system and "我的猫叫 Miso" in system
 
     # a question about it is not stored again, and the memory is injected
-    events = _sse(api, session, "Do you remember what my cat is called?")
+    events = send_streaming(api, session, "Do you remember what my cat is called?")
     assert not [e for e in events if e["type"] == "memory"]
     assert len(store.entry_list(agent_id=agent.pk)) == 1
     assert "Miso" in fake_llm.calls[-1].body["messages"][0]["content"]
@@ -107,7 +85,7 @@ def test_remember_in_chat_stores_announces_and_injects(api, owner, fake_llm, run
 @pytest.mark.django_db(transaction=True)
 def test_plain_sessions_have_no_memory(api, owner, fake_llm, runtime):
     session = ChatSessionFactory(owner=owner)
-    events = _sse(api, session, "Remember that I like tea.")
+    events = send_streaming(api, session, "Remember that I like tea.")
     assert not [e for e in events if e["type"] == "memory"]
     assert not any(runtime.iterdir())
 

@@ -3,30 +3,15 @@ real httpx client talking to the fake LLM server."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from asgiref.sync import async_to_sync
 
 from cadau.contextconfig import ContextConfig
 from chat.models import ChatMessage, ChatSession
 from tests.factories import ChatSessionFactory, make_conversation
+from tests.helpers import sse_events
 
 # The reply runs through database_sync_to_async, which cannot share a test transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _sse_events(response) -> list[dict]:
-    async def collect() -> bytes:
-        return b"".join([chunk async for chunk in response.streaming_content])
-
-    raw = async_to_sync(collect)().decode()
-    events = []
-    for block in raw.split("\n\n"):
-        for line in block.splitlines():
-            if line.startswith("data: "):
-                events.append(json.loads(line[6:]))
-    return events
 
 
 def test_send_stores_both_messages_and_returns_the_budget(api, owner, fake_llm):
@@ -69,7 +54,7 @@ def test_event_stream_follows_the_websocket_contract(api, owner, fake_llm):
     )
     assert r.status_code == 200
     assert r["Content-Type"].startswith("text/event-stream")
-    events = _sse_events(r)
+    events = sse_events(r)
     types = [e["type"] for e in events]
     assert types[0] == "message" and types[-1] == "done"
     assert "delta" in types
@@ -147,7 +132,7 @@ def test_send_over_the_threshold_compacts_first(api, owner, fake_llm, settings):
         format="json",
         HTTP_ACCEPT="text/event-stream",
     )
-    events = _sse_events(r)
+    events = sse_events(r)
     states = [e["state"] for e in events if e["type"] == "compaction"]
     assert states == ["started", "done"]
     assert events[-1]["context_budget"]["used_runes"] <= 3000

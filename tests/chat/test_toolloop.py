@@ -9,13 +9,13 @@ import logging
 from pathlib import Path
 
 import pytest
-from asgiref.sync import async_to_sync
 
 from agentmemory import store
 from chat.models import ChatMessage, MessageRole, MessageStatus
 from chat.services.toolloop import CHECKPOINT_PREFIX
 from chat.tools import Tool, tool_register, tool_unregister
 from tests.factories import AgentFactory, ChatSessionFactory
+from tests.helpers import send_streaming
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,26 +38,6 @@ def _send(api, session, content="go"):
     r = api.post("/api/v1/chat/send", {"session_id": session.pk, "content": content}, format="json")
     assert r.status_code == 200, r.content
     return r.json()
-
-
-def _sse(api, session, content):
-    r = api.post(
-        "/api/v1/chat/send",
-        {"session_id": session.pk, "content": content},
-        format="json",
-        HTTP_ACCEPT="text/event-stream",
-    )
-
-    async def collect() -> bytes:
-        return b"".join([chunk async for chunk in r.streaming_content])
-
-    raw = async_to_sync(collect)().decode()
-    return [
-        json.loads(line[6:])
-        for block in raw.split("\n\n")
-        for line in block.splitlines()
-        if line.startswith("data: ")
-    ]
 
 
 def _call(name, arguments, call_id=None):
@@ -121,7 +101,7 @@ def test_rounds_store_messages_in_order_and_feed_results_back(api, owner, fake_l
 def test_events_announce_calls_and_results(api, owner, fake_llm):
     _agent, session = _agent_session(owner)
     fake_llm.script({"tool_calls": [_call("current_time", {}, "t1")]}, "It is now.")
-    events = _sse(api, session, "what time is it?")
+    events = send_streaming(api, session, "what time is it?")
     types = [e["type"] for e in events]
     assert types.index("tool_call") < types.index("tool_result") < types.index("done")
     call = next(e for e in events if e["type"] == "tool_call")

@@ -1,0 +1,37 @@
+"""Small helpers shared by test modules (fixtures live in conftest.py, factories in
+factories.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from asgiref.sync import async_to_sync
+
+
+def sse_events(response: Any) -> list[dict[str, Any]]:
+    """The JSON events of a server-sent-events response from the Django test client (whose
+    streaming content is an async iterator under ASGI views)."""
+
+    async def collect() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    raw = async_to_sync(collect)().decode()
+    return [
+        json.loads(line[6:])
+        for block in raw.split("\n\n")
+        for line in block.splitlines()
+        if line.startswith("data: ")
+    ]
+
+
+def send_streaming(api: Any, session: Any, content: str) -> list[dict[str, Any]]:
+    """POST /api/v1/chat/send with `Accept: text/event-stream`; the events it streamed."""
+    response = api.post(
+        "/api/v1/chat/send",
+        {"session_id": session.pk, "content": content},
+        format="json",
+        HTTP_ACCEPT="text/event-stream",
+    )
+    assert response.status_code == 200, response.content
+    return sse_events(response)
