@@ -140,6 +140,9 @@ def _turn_start_once(
                 )
         if _reply_active(locked.pk):
             return None
+        # A reply orphaned by a crash shortly before the last restart escaped the start-up
+        # sweep; the session's next send finishes it off.
+        streaming_sweep(session_id=locked.pk)
         now = timezone.now()
         user_message = ChatMessage.objects.create(
             session=locked,
@@ -242,10 +245,17 @@ def tool_message_create(
     return message
 
 
-def streaming_sweep(*, older_than_seconds: int = STALE_STREAMING_SECONDS) -> int:
-    """Mark replies left `streaming` by a dead process as failed, so nothing stays stuck."""
+def streaming_sweep(
+    *, older_than_seconds: int = STALE_STREAMING_SECONDS, session_id: int | None = None
+) -> int:
+    """Mark replies left `streaming` by a dead process as failed, so nothing stays stuck. Runs
+    at start-up for every session, and for one session whenever a send finds it idle: a live
+    reply saves progress (updated_at) at least every SAVE_EVERY_SECONDS while tokens flow, so a
+    row silent this long belongs to no running process, in this one or any other."""
     cutoff = timezone.now() - timedelta(seconds=older_than_seconds)
     stale = ChatMessage.objects.filter(status=MessageStatus.STREAMING, updated_at__lt=cutoff)
+    if session_id is not None:
+        stale = stale.filter(session_id=session_id)
     count = 0
     for message in stale.only("id", "metadata"):
         message.status = MessageStatus.FAILED

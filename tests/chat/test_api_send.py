@@ -202,3 +202,26 @@ def test_offline_provider_answers_without_any_network(api, owner, settings):
     ).json()
     assert body["assistant_message"]["status"] == "complete"
     assert "LLM_BASE_URL" in body["assistant_message"]["content"]
+
+
+def test_a_reply_orphaned_after_the_startup_sweep_is_failed_by_the_next_send(api, owner, fake_llm):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    session = ChatSessionFactory.create(owner=owner)
+    ChatMessage.objects.create(session=session, role="user", content="before the crash")
+    orphan = ChatMessage.objects.create(
+        session=session, role="assistant", content="half a repl", status="streaming"
+    )
+    ChatMessage.objects.filter(pk=orphan.pk).update(
+        updated_at=timezone.now() - timedelta(minutes=5)
+    )
+    fake_llm.script("fresh answer")
+    body = api.post(
+        "/api/v1/chat/send", {"session_id": session.pk, "content": "again"}, format="json"
+    ).json()
+    assert body["assistant_message"]["content"] == "fresh answer"
+    orphan.refresh_from_db()
+    assert orphan.status == "failed" and orphan.content == "half a repl"
+    assert "interrupted" in orphan.metadata["error"]
