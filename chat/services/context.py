@@ -19,6 +19,7 @@ What this does better than the seed's loop (which `strategy="seed"` still runs, 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -534,7 +535,7 @@ def _chunks_to_fold(
         stop = state.tail[0].id
         lower = session.verbatim_since_message_id
         source: Iterator[TailMessage] = _iter_range(session=session, lower=lower, stop=stop)
-        source = _chain(source, state.tail[:cut])
+        source = itertools.chain(source, state.tail[:cut])
     else:
         source = iter(state.tail[:cut])
     chunk: list[TailMessage] = []
@@ -549,11 +550,6 @@ def _chunks_to_fold(
     if chunk:
         assert cut_anchor is not None
         yield chunk, cut_anchor
-
-
-def _chain(first: Iterator[TailMessage], rest: Sequence[TailMessage]) -> Iterator[TailMessage]:
-    yield from first
-    yield from rest
 
 
 def _iter_range(*, session: ChatSession, lower: int | None, stop: int) -> Iterator[TailMessage]:
@@ -602,6 +598,12 @@ def context_needs_roll(*, state: ContextState, reserve_runes: int = 0) -> bool:
     return state.backlog or state.runes + reserve_runes > min(
         cfg.threshold_runes, cfg.effective_hard_limit_runes
     )
+
+
+def context_roll_before_call(*, state: ContextState) -> bool:
+    """Whether a send compacts before its model call: ours only past the threshold; the seed's
+    loop runs on every send (it re-reads its history window each time)."""
+    return context_needs_roll(state=state) or state.cfg.strategy == "seed"
 
 
 def context_roll(
@@ -879,7 +881,7 @@ def context_payload(
     if state is None:
         session = ChatSession.objects.select_related("agent").get(pk=session_id)
         state = context_state_read(session=session, query=query)
-    if compact and (context_needs_roll(state=state) or state.cfg.strategy == "seed"):
+    if compact and context_roll_before_call(state=state):
         roll = context_roll(session_id=session_id, trigger=trigger, query=query)
         rolls.append(roll)
         if roll.changed:

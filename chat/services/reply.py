@@ -142,10 +142,9 @@ async def _generate(
     # the verbatim tail, the seed's loop reads its whole history window every time).
     rows_read = state.rows_read
     summary_calls = 0
+    # `needed` (over the threshold) is what the client hears about as a compaction.
     needed = ctx.context_needs_roll(state=state)
-    # The seed's loop runs on every send (it reads its history window each time); ours only
-    # when the payload is over the threshold.
-    if needed or state.cfg.strategy == "seed":
+    if ctx.context_roll_before_call(state=state):
         if needed:
             await _send(session_id, emit, {"type": "compaction", "state": "started"})
         roll = await _blocking(ctx.context_roll)(
