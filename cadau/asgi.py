@@ -1,6 +1,8 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels."""
 
+import asyncio
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -13,9 +15,10 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from chat.llm.transport import mark_loop_long_lived  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
+router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(
@@ -23,3 +26,10 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+
+
+async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    # The loop serving requests lives as long as the process: the LLM client may keep a pooled
+    # aiohttp session on it (chat/llm/transport.py says why only there).
+    mark_loop_long_lived(asyncio.get_running_loop())
+    await router(scope, receive, send)

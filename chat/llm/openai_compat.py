@@ -40,6 +40,7 @@ from chat.llm.base import (
     Usage,
     is_summary_request,
 )
+from chat.llm.transport import AiohttpTransport, loop_is_long_lived
 
 logger = logging.getLogger("chat.llm")
 
@@ -541,7 +542,12 @@ class OpenAICompatProvider:
         with self._lock:
             client = self._async_clients.get(loop)
             if client is None or client.is_closed:
-                client = httpx.AsyncClient(timeout=self._timeout, limits=self._limits)
+                transport = (
+                    AiohttpTransport(limits=self._limits) if loop_is_long_lived(loop) else None
+                )
+                client = httpx.AsyncClient(
+                    timeout=self._timeout, limits=self._limits, transport=transport
+                )
                 self._async_clients[loop] = client
             return client
 

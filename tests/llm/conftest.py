@@ -1,5 +1,7 @@
-"""Helpers that run one scenario through the sync or the async half of a provider, so every
-behaviour is checked on both (they share a codec, but not their I/O loops)."""
+"""Helpers that run one scenario through each I/O path of a provider, so every behaviour is
+checked on all of them (they share a codec, not their I/O): `sync` (httpx.Client), `async`
+(httpx.AsyncClient on a short-lived loop: httpx's own transport) and `aiohttp` (the same client
+on a loop marked as a server's: the aiohttp transport, chat/llm/transport.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 from chat.llm import get_provider
 from chat.llm.base import Completion, LLMProvider, StreamEvent
 from chat.llm.openai_compat import OpenAICompatProvider
+from chat.llm.transport import loop_transports_close, mark_loop_long_lived
 
 USER_HI = [{"role": "user", "content": "one two three four five six"}]
 
@@ -22,15 +25,32 @@ def provider(fake_llm) -> OpenAICompatProvider:
     return built
 
 
-@pytest.fixture(params=["sync", "async"])
+@pytest.fixture(params=["sync", "async", "aiohttp"])
 def mode(request) -> str:
     return str(request.param)
+
+
+def run(mode: str, coro: Any) -> Any:
+    """Run `coro` in a fresh loop; in `aiohttp` mode one marked as a server's (and its
+    transports closed before it ends, as the provider's clients outlive a single call)."""
+    if mode != "aiohttp":
+        return asyncio.run(coro)
+
+    async def served() -> Any:
+        mark_loop_long_lived(asyncio.get_running_loop())
+        try:
+            return await coro
+        finally:
+            await loop_transports_close()
+
+    return asyncio.run(served())
 
 
 def complete(provider: LLMProvider, mode: str, **kwargs: Any) -> Completion:
     if mode == "sync":
         return provider.complete(**kwargs)
-    return asyncio.run(provider.acomplete(**kwargs))
+    result: Completion = run(mode, provider.acomplete(**kwargs))
+    return result
 
 
 def stream(
@@ -48,5 +68,5 @@ def stream(
         async for event in provider.astream_chat(**kwargs):
             events.append(event)
 
-    asyncio.run(collect())
+    run(mode, collect())
     return events
