@@ -17,20 +17,21 @@ Client -> server:
 - `{"type": "cancel"}`: stops the session's running reply (in whatever process it runs) within
   200 ms; the partial is stored as `cancelled` and a `done` carrying it follows.
 
-Server -> client (every socket of the session, in every process, gets the same events through
-the session's channel group; events to "this socket only" are noted):
+Server -> client (every socket of the session, in every process, gets the same events: sockets
+of the publishing process straight from it, the others through the session's channel group,
+chat/services/events.py; events to "this socket only" are noted):
 - `{"type": "message", "message": message}`: the stored user message of a send. Also sent to
   this socket only (a) right after connect when the session has a reply still generating:
   `message` is that assistant row with status `streaming` and its partial text, to which the
   client keeps appending the `delta`s that follow (when another process generates it, the
-  partial is the last progress save, up to SAVE_EVERY_SECONDS old: the `done` event always
-  carries the full text), and (b) for a repeated client_id.
+  partial is the last progress save, up to SAVE_EVERY_SECONDS old, and that process then sends
+  the whole text so far as one delta at offset 0), and (b) for a repeated client_id.
 - `{"type": "delta", "message_id": int, "text": str, "offset": int, "emitted_at"?: float}`: the
   next piece of a reply (one token, or several coalesced when the server is busy); `offset` is
-  where `text` starts in the reply's content (after a resume
-  this socket gets no piece twice). `emitted_at` (optional metadata) is the LLM server's own
-  emit time of the chunk when it reports one (the fake server's `x_emit_ts`); it lets a client
-  measure the latency this server adds.
+  where `text` starts in the reply's content. This socket never gets a piece twice: what it
+  already holds (after a resume, or a catch-up from another process) is cut off. `emitted_at`
+  (optional metadata) is the LLM server's own emit time of the chunk when it reports one (the
+  fake server's `x_emit_ts`); it lets a client measure the latency this server adds.
 - `{"type": "compaction", "state": "started" | "done" | "failed"}`.
 - `{"type": "tool_call", "message": message}`: an assistant message with `tool_calls` (a round of
   the agent tool loop), and `{"type": "tool_result", "message": message}`: the stored `tool`
@@ -38,6 +39,9 @@ the session's channel group; events to "this socket only" are noted):
   (chat/services/toolloop.py); this consumer forwards them like any other group event.
 - `{"type": "done", "message": message, "context_budget": {...}}`: the stored reply, final
   status `complete`, `failed` or `cancelled`. To this socket only for a repeated client_id.
+
+Close codes after accept: 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
+for it (it can reconnect and resume).
 - `{"type": "error", "code": str, "message": str}`: `bad_request` (not JSON, unknown type, wrong
   field types; the socket stays open), the REST send's codes (`invalid`, `message_too_large`,
   `reply_in_progress`, `not_found`), `nothing_to_cancel`, and reply failures broadcast to the
@@ -49,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -56,11 +61,29 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
 from chat.selectors import session_for_user
-from chat.services.events import session_group
-from chat.services.realtime import error_event, socket_cancel, socket_resume, socket_send
+from chat.services.events import (
+    ORIGIN,
+    LocalSocket,
+    layer_is_shared,
+    local_socket_add,
+    local_socket_remove,
+    session_group,
+)
+from chat.services.realtime import (
+    control_group,
+    error_event,
+    socket_cancel,
+    socket_resume,
+    socket_send,
+    socket_watch,
+)
+
+logger = logging.getLogger("chat.consumers")
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+# The client reads slower than its events arrive (chat.services.events.OUTBOX_LIMIT behind).
+CLOSE_TOO_SLOW = 4408
 
 
 def _bad_request(message: str) -> dict[str, Any]:
@@ -75,7 +98,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.group = ""
         self._pending_send: asyncio.Task[None] | None = None
         self._open = False
-        self._resume: tuple[int, int] | None = None
+        self._local: LocalSocket | None = None
+        self._writer: asyncio.Task[None] | None = None
+        # How much of each reply this socket has been sent (message id -> characters): a
+        # piece it already holds (resume, a catch-up from another process) is trimmed.
+        self._held: dict[int, int] = {}
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -89,23 +116,50 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         self.session_id = session.pk
         self.group = session_group(session.pk)
-        # Join before reading the live reply, so no delta falls between the two.
+        # Subscribe before reading the live reply, so no delta falls between the two; what
+        # arrives meanwhile waits in the outbox (local) or the channel (other processes) until
+        # this handler returns.
+        self._local = LocalSocket(session_id=session.pk)
+        local_socket_add(self._local)
         await self.channel_layer.group_add(self.group, self.channel_name)
+        if layer_is_shared(self.channel_layer):
+            await self.channel_layer.group_add(control_group(session.pk), self.channel_name)
         await self.accept()
         self._open = True
         resume = await socket_resume(session_id=self.session_id)
         if resume is not None:
             message = resume["message"]
-            # Deltas already queued for this socket may repeat text the partial holds.
-            self._resume = (message["id"], len(message["content"]))
+            self._held[message["id"]] = len(message["content"])
             await self.send_json(resume)
+        self._writer = asyncio.ensure_future(self._forward_local(self._local))
+        await socket_watch(session_id=self.session_id)
 
     async def disconnect(self, code: int) -> None:
         self._open = False
+        if self._local is not None:
+            local_socket_remove(self._local)
+        if self._writer is not None:
+            self._writer.cancel()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            if layer_is_shared(self.channel_layer):
+                await self.channel_layer.group_discard(
+                    control_group(self.session_id), self.channel_name
+                )
         # A queued send is left running: the user pressed send, the turn is theirs, and a
         # retry with the same client_id finds it.
+
+    async def _forward_local(self, local: LocalSocket) -> None:
+        """Events published in this process, in order (chat/services/events.py)."""
+        try:
+            while True:
+                event = await local.outbox.get()
+                if local.overflowed:
+                    await self.close(code=CLOSE_TOO_SLOW)
+                    return
+                await self._forward(event)
+        except Exception:  # the socket went away under us: disconnect() cleans up
+            logger.debug("chat_socket_forward_stopped session=%s", self.session_id, exc_info=True)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if text_data is None:
@@ -160,38 +214,46 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels runs close_old_connections in the one thread-sensitive worker before every
-        # handler: for forwarded events (one per streamed token per socket, and no ORM) that
-        # hop queued every token of every socket behind one thread (seconds of lag with 200
-        # streaming sockets, bench/realtime.py). Frames from the client keep the hygiene.
-        if message.get("type") == "chat.event":
-            await self.chat_event(message)
+        # handler: for layer messages (no ORM) that hop would queue every event of every socket
+        # behind one thread. Frames from the client keep the hygiene.
+        kind = message.get("type")
+        if kind == "chat.event":
+            if message.get("origin") != ORIGIN:  # this process's events came locally
+                await self._forward(message["event"])
             return
+        if kind == "chat.generating":
+            if message.get("origin") != ORIGIN:
+                # A reply started in another process: ask it for its deltas.
+                await socket_watch(session_id=self.session_id)
+            return
+        if kind in ("chat.watch", "chat.cancel"):
+            return  # for generating processes, not sockets
         await super().dispatch(message)
 
-    async def chat_event(self, message: dict[str, Any]) -> None:
-        """A session event from the group (any process): forwarded verbatim, except the overlap
-        between a resumed partial and the deltas that follow it."""
-        event = message["event"]
-        if self._resume is not None and event.get("type") == "delta":
-            event = self._after_resume(event)
-            if event is None:
+    async def _forward(self, event: dict[str, Any]) -> None:
+        """Send a session event to the client, less any part of a reply it already holds."""
+        kind = event.get("type")
+        if kind == "delta":
+            trimmed = self._unseen(event)
+            if trimmed is None:
                 return
+            event = trimmed
+        elif kind == "done":
+            self._held.pop(event.get("message", {}).get("id"), None)
         await self.send_json(event)
 
-    def _after_resume(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        assert self._resume is not None
-        message_id, held = self._resume
-        offset = event.get("offset")
-        if event.get("message_id") != message_id or not isinstance(offset, int):
+    def _unseen(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        message_id, offset, text = event.get("message_id"), event.get("offset"), event["text"]
+        if not isinstance(message_id, int) or not isinstance(offset, int):
             return event
-        if offset >= held:
-            self._resume = None  # caught up: forward everything from here on
-            return event
-        text = event["text"][held - offset :]
-        if not text:
+        held = self._held.get(message_id, 0)
+        end = offset + len(text)
+        if end <= held:
             return None
-        self._resume = None
-        return {**event, "text": text, "offset": held}
+        self._held[message_id] = end
+        if offset >= held:
+            return event
+        return {**event, "text": text[held - offset :], "offset": held}
 
     @classmethod
     async def encode_json(cls, content: Any) -> str:

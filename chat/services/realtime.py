@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.http import Http404
 from django.utils import timezone
@@ -32,6 +32,7 @@ from chat.api.errors import ApiError
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.selectors import session_for_user
 from chat.services import context as ctx
+from chat.services.events import ORIGIN, event_publish_async, layer_is_shared
 from chat.services.messages import (
     STALE_STREAMING_SECONDS,
     TurnStart,
@@ -49,8 +50,9 @@ QUEUE_POLL_SECONDS = 0.1
 
 
 def control_group(session_id: int) -> str:
-    """Cancels travel here, not in the session's event group: listeners then wake once per
-    cancel instead of once per streamed token."""
+    """Control messages travel here, not in the session's event group: `chat.cancel` (to the
+    generating process), `chat.generating` (to sockets of other processes) and `chat.watch`
+    (their answer, or a socket that just connected). Rare messages, whatever the token rate."""
     return f"chat_control_{session_id}"
 
 
@@ -66,6 +68,12 @@ class Generation:
     current_message_id: int = 0
     listener: asyncio.Task[None] | None = None
     channel: str = ""
+    # A socket of another process watches this session: deltas then go through the channel
+    # layer too (chat/services/events.py). Stays on until the reply ends.
+    remote_watchers: bool = False
+    # Held while sending through the layer, so the text-so far catch-up and the events after it
+    # reach other processes in order (two group_sends in flight may overtake each other).
+    remote_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 _running: dict[int, Generation] = {}
@@ -90,6 +98,38 @@ def generation_observe(*, session_id: int, event: Event) -> None:
     gen.current_message_id = message_id
 
 
+async def generation_publish(*, session_id: int, event: Event) -> None:
+    """Publish an event of the reply this process generates for the session. Deltas cross to
+    other processes only while one of them has a socket on the session."""
+    generation_observe(session_id=session_id, event=event)
+    gen = _running.get(session_id)
+    if gen is None:
+        await event_publish_async(session_id=session_id, event=event)
+        return
+    # Deltas stay in this process until a socket elsewhere asks for them; the text they carry
+    # is in gen.parts (observed above), so the catch-up covers the ones not sent.
+    remote = gen.remote_watchers or event.get("type") != "delta"
+    await event_publish_async(session_id=session_id, event=event, remote=False)
+    if remote:
+        async with gen.remote_lock:
+            await event_publish_async(session_id=session_id, event=event, local=False)
+
+
+async def _remote_watcher_seen(gen: Generation) -> None:
+    """A socket of another process (re)joined the session: from now on deltas cross processes,
+    starting with the whole text so far (offset 0; sockets drop what they already hold)."""
+    async with gen.remote_lock:
+        gen.remote_watchers = True
+        message_id = gen.current_message_id
+        text = "".join(gen.parts.get(message_id, ()))
+        if text:
+            await event_publish_async(
+                session_id=gen.session_id,
+                event={"type": "delta", "message_id": message_id, "text": text, "offset": 0},
+                local=False,
+            )
+
+
 def _cancel_task(task: asyncio.Task[Any]) -> None:
     # The REST JSON path runs replies through async_to_sync, possibly on another loop/thread.
     loop = task.get_loop()
@@ -103,18 +143,15 @@ def _cancel_task(task: asyncio.Task[Any]) -> None:
         loop.call_soon_threadsafe(task.cancel)
 
 
-def _layer_is_shared(layer: Any) -> bool:
-    # The in-memory layer means one process: the local registry already sees every reply, and
-    # a listener would only add cross-event-loop hazards.
-    return layer is not None and not isinstance(layer, InMemoryChannelLayer)
-
-
 async def _listen(gen: Generation, layer: Any) -> None:
     while True:
         message = await layer.receive(gen.channel)
-        if message.get("type") == "chat.cancel":
+        kind = message.get("type")
+        if kind == "chat.cancel":
             logger.info("chat_reply_cancel_remote session=%s", gen.session_id)
             _cancel_task(gen.task)
+        elif kind == "chat.watch" and message.get("origin") != ORIGIN:
+            await _remote_watcher_seen(gen)
 
 
 @contextlib.asynccontextmanager
@@ -129,7 +166,7 @@ async def generation_tracked(
     _running[session_id] = gen
     layer = get_channel_layer()
     try:
-        if _layer_is_shared(layer):
+        if layer_is_shared(layer):
             try:
                 # The default prefix matters: channels-redis keeps one receive lock per process
                 # and pops one Redis key per prefix; another prefix would hold the lock while
@@ -137,6 +174,10 @@ async def generation_tracked(
                 gen.channel = await layer.new_channel()
                 await layer.group_add(control_group(session_id), gen.channel)
                 gen.listener = asyncio.ensure_future(_listen(gen, layer))
+                # Sockets of other processes already on the session answer with chat.watch.
+                await layer.group_send(
+                    control_group(session_id), {"type": "chat.generating", "origin": ORIGIN}
+                )
             except Exception:
                 # Without the layer the reply still runs; only remote cancels cannot reach it.
                 logger.exception("chat_control_listen_failed session=%s", session_id)
@@ -181,6 +222,21 @@ def _turn_start_once(*, session: ChatSession, content: str, client_id: str | Non
     # wait_seconds=0: one attempt; the queue wait happens in async code, so no worker thread
     # sleeps (the default thread-sensitive executor is shared by the whole process).
     return turn_start(session=session, content=content, client_id=client_id, wait_seconds=0)
+
+
+def _prepare_and_start(
+    *, user: Any, session_id: int, content: Any, client_id: Any
+) -> tuple[ChatSession, TurnStart | None]:
+    """The checks and the first attempt at storing the turn, in one trip to the sync thread.
+    `None`: another reply of the session is generating (the caller queues)."""
+    session = _prepare_send(user=user, session_id=session_id, content=content, client_id=client_id)
+    try:
+        started = _turn_start_once(session=session, content=content, client_id=client_id or None)
+    except ApiError as exc:
+        if exc.error_code != "reply_in_progress" or settings.CHAT_SEND_QUEUE_SECONDS <= 0:
+            raise
+        return session, None
+    return session, started
 
 
 def _repeat_events(started: TurnStart) -> list[Event]:
@@ -236,21 +292,20 @@ async def socket_send(*, user: Any, session_id: int, content: Any, client_id: An
     While another reply of the session is generating, waits up to CHAT_SEND_QUEUE_SECONDS (a
     queue of one, as over REST), then refuses with `reply_in_progress`."""
     try:
-        session = await database_sync_to_async(_prepare_send)(
+        deadline = time.monotonic() + settings.CHAT_SEND_QUEUE_SECONDS
+        session, started = await database_sync_to_async(_prepare_and_start)(
             user=user, session_id=session_id, content=content, client_id=client_id
         )
         client_id = client_id or None
-        deadline = time.monotonic() + settings.CHAT_SEND_QUEUE_SECONDS
-        while True:
+        while started is None:
+            await asyncio.sleep(QUEUE_POLL_SECONDS)
             try:
                 started = await database_sync_to_async(_turn_start_once)(
                     session=session, content=content, client_id=client_id
                 )
-                break
             except ApiError as exc:
                 if exc.error_code != "reply_in_progress" or time.monotonic() >= deadline:
                     raise
-            await asyncio.sleep(QUEUE_POLL_SECONDS)
         if not started.created or started.assistant_message is None:
             repeat: list[Event] = await database_sync_to_async(_repeat_events)(started)
             return repeat
@@ -293,6 +348,18 @@ async def socket_resume(*, session_id: int) -> Event | None:
     if message is None:
         return None
     return {"type": "message", "message": live_payload(message=message)}
+
+
+async def socket_watch(*, session_id: int) -> None:
+    """A socket joined the session: tell a reply generating in another process to send its
+    deltas through the layer (and the text so far). Nothing to do with one process."""
+    layer = get_channel_layer()
+    if not layer_is_shared(layer):
+        return
+    try:
+        await layer.group_send(control_group(session_id), {"type": "chat.watch", "origin": ORIGIN})
+    except Exception:
+        logger.exception("chat_watch_publish_failed session=%s", session_id)
 
 
 async def socket_cancel(*, session_id: int) -> list[Event]:

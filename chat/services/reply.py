@@ -13,6 +13,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -24,14 +25,14 @@ from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.services import context as ctx
 from chat.services import hooks
 from chat.services.background import background_submit
-from chat.services.events import event_publish_async, event_publish_now
+from chat.services.events import event_publish_now
 from chat.services.messages import (
     message_payload,
     reply_finish,
     reply_progress,
     reply_progress_many,
 )
-from chat.services.realtime import generation_observe, generation_tracked
+from chat.services.realtime import generation_publish, generation_tracked
 from chat.services.toolloop import RoundsState, reply_rounds_run
 
 logger = logging.getLogger("chat.reply")
@@ -49,8 +50,7 @@ def _blocking(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
 
 
 async def _send(session_id: int, emit: Emit | None, event: dict[str, Any]) -> None:
-    generation_observe(session_id=session_id, event=event)
-    await event_publish_async(session_id=session_id, event=event)
+    await generation_publish(session_id=session_id, event=event)
     if emit is not None:
         await emit(event)
 
@@ -96,29 +96,31 @@ async def reply_generate(
             return await inner
         except asyncio.CancelledError:
             # Cancelled by the user (or the server shutting down): keep what was produced.
-            message = await asyncio.shield(
-                database_sync_to_async(_finish_cancelled)(rounds.message_id)
+            message, budget = await asyncio.shield(
+                database_sync_to_async(_finish_cancelled)(session_id, rounds.message_id)
             )
-            await asyncio.shield(_done(session_id, emit, message))
+            await asyncio.shield(_done(session_id, emit, message, budget))
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
             return message
 
 
-def _finish_cancelled(message_id: int) -> ChatMessage:
+def _finish_cancelled(session_id: int, message_id: int) -> tuple[ChatMessage, dict[str, Any]]:
     current = ChatMessage.objects.get(pk=message_id)
     if current.status != MessageStatus.STREAMING:
-        return current
-    return reply_finish(
+        return current, _budget(session_id)
+    return _finish_with_budget(
+        session_id=session_id,
         message_id=message_id,
         content=current.content,
         status=MessageStatus.CANCELLED,
     )
 
 
-async def _done(session_id: int, emit: Emit | None, message: ChatMessage) -> None:
-    budget = await database_sync_to_async(_budget)(session_id)
+async def _done(
+    session_id: int, emit: Emit | None, message: ChatMessage, budget: dict[str, Any]
+) -> None:
     await _send(
         session_id,
         emit,
@@ -135,16 +137,18 @@ async def _generate(
     rounds: RoundsState,
 ) -> ChatMessage:
     started = time.monotonic()
-    for event in await database_sync_to_async(_run_turn_started_hooks)(assistant_message_id):
+    prepared = await database_sync_to_async(_prepare)(assistant_message_id, session_id, query)
+    for event in prepared.events:
         await _send(session_id, emit, event)
-    state = await database_sync_to_async(_state)(session_id, query)
+    session, state = prepared.session, prepared.state
     # Rows this send read to build its context (operators and the benchmark watch it: ours is
     # the verbatim tail, the seed's loop reads its whole history window every time).
     rows_read = state.rows_read
     summary_calls = 0
-    # `needed` (over the threshold) is what the client hears about as a compaction.
-    needed = ctx.context_needs_roll(state=state)
-    if ctx.context_roll_before_call(state=state):
+    payload = prepared.payload
+    if prepared.roll_first:
+        # `needed` (over the threshold) is what the client hears about as a compaction.
+        needed = ctx.context_needs_roll(state=state)
         if needed:
             await _send(session_id, emit, {"type": "compaction", "state": "started"})
         roll = await _blocking(ctx.context_roll)(
@@ -159,19 +163,18 @@ async def _generate(
         if roll.changed:
             state = await database_sync_to_async(_state)(session_id, query)
             rows_read += state.rows_read
-    try:
-        payload = await database_sync_to_async(ctx.context_payload)(
-            session_id=session_id, query=query, compact=False, state=state
-        )
-    except ctx.PayloadTooLarge as exc:
+        try:
+            payload = await database_sync_to_async(ctx.context_payload)(
+                session_id=session_id, query=query, compact=False, state=state
+            )
+        except ctx.PayloadTooLarge as exc:
+            prepared.too_large = str(exc)
+    if payload is None:
         return await _fail(
-            session_id, emit, assistant_message_id, "", "context_too_large", str(exc)
+            session_id, emit, assistant_message_id, "", "context_too_large", prepared.too_large
         )
 
     provider = get_provider()
-    session = await database_sync_to_async(ChatSession.objects.select_related("agent").get)(
-        pk=session_id
-    )
     model = (session.agent.model if session.agent else "") or None
 
     async def stream_round(
@@ -226,7 +229,8 @@ async def _generate(
             return await _fail(session_id, emit, rounds.message_id, "", "llm_error", str(exc))
 
     text, finish = outcome.text, outcome.finish
-    message = await database_sync_to_async(reply_finish)(
+    message, budget = await database_sync_to_async(_finish_with_budget)(
+        session_id=session_id,
         message_id=outcome.message_id,
         content=text,
         status=MessageStatus.COMPLETE,
@@ -242,10 +246,63 @@ async def _generate(
             "duration_ms": int((time.monotonic() - started) * 1000),
         },
     )
-    await _done(session_id, emit, message)
-    await database_sync_to_async(_run_turn_finished_hooks)(message.pk)
-    await database_sync_to_async(_maybe_compact_later)(session_id, len(query))
+    await _done(session_id, emit, message, budget)
+    await database_sync_to_async(_after_reply)(message.pk, session_id, len(query))
     return message
+
+
+@dataclass(slots=True, kw_only=True)
+class _Prepared:
+    """Everything a send needs from the database before the model call, gathered in one trip
+    to the sync thread (it took four: with 200 sends at once, every trip holds the GIL the event
+    loop needs for the other replies' tokens; bench/realtime.py)."""
+
+    events: list[dict[str, Any]]
+    session: ChatSession
+    state: ctx.ContextState
+    # Compact before this call; the payload is then built after the roll, not here.
+    roll_first: bool
+    payload: ctx.Payload | None = None
+    too_large: str = ""  # why no payload can fit (PayloadTooLarge)
+
+
+def _prepare(assistant_message_id: int, session_id: int, query: str) -> _Prepared:
+    session, user_message, _ = _turn_messages(assistant_message_id)
+    events = _run_turn_started_hooks(session=session, user_message=user_message)
+    state = ctx.context_state_read(session=session, query=query)
+    prepared = _Prepared(
+        events=events,
+        session=session,
+        state=state,
+        roll_first=ctx.context_roll_before_call(state=state),
+    )
+    if not prepared.roll_first:
+        try:
+            prepared.payload = ctx.context_payload(
+                session_id=session_id, query=query, compact=False, state=state
+            )
+        except ctx.PayloadTooLarge as exc:
+            prepared.too_large = str(exc)
+    return prepared
+
+
+def _finish_with_budget(
+    *,
+    session_id: int,
+    message_id: int,
+    content: str,
+    status: str,
+    metadata: dict[str, Any] | None = None,
+) -> tuple[ChatMessage, dict[str, Any]]:
+    """The final write and the `done` event's budget in one trip to the sync thread."""
+    message = reply_finish(message_id=message_id, content=content, status=status, metadata=metadata)
+    return message, _budget(session_id)
+
+
+def _after_reply(message_id: int, session_id: int, query_runes: int) -> None:
+    session, user_message, assistant = _turn_messages(message_id)
+    _run_turn_finished_hooks(session=session, user_message=user_message, assistant=assistant)
+    _maybe_compact_later(session, query_runes)
 
 
 def _turn_messages(
@@ -257,10 +314,9 @@ def _turn_messages(
     return assistant.session, user_message, assistant
 
 
-def _run_turn_started_hooks(assistant_message_id: int) -> list[dict[str, Any]]:
-    if not hooks.turn_started_hooks:
-        return []
-    session, user_message, _ = _turn_messages(assistant_message_id)
+def _run_turn_started_hooks(
+    *, session: ChatSession, user_message: ChatMessage | None
+) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     for hook in hooks.turn_started_hooks:
         try:
@@ -270,10 +326,9 @@ def _run_turn_started_hooks(assistant_message_id: int) -> list[dict[str, Any]]:
     return events
 
 
-def _run_turn_finished_hooks(assistant_message_id: int) -> None:
-    if not hooks.turn_finished_hooks:
-        return
-    session, user_message, assistant = _turn_messages(assistant_message_id)
+def _run_turn_finished_hooks(
+    *, session: ChatSession, user_message: ChatMessage | None, assistant: ChatMessage
+) -> None:
     for hook in hooks.turn_finished_hooks:
         try:
             hook(session=session, user_message=user_message, assistant_message=assistant)
@@ -479,23 +534,23 @@ async def _fail(
         code,
         error,
     )
-    message = await database_sync_to_async(reply_finish)(
+    message, budget = await database_sync_to_async(_finish_with_budget)(
+        session_id=session_id,
         message_id=message_id,
         content=partial,
         status=MessageStatus.FAILED,
         metadata={"error": error[:2000], "error_code": code},
     )
     await _send(session_id, emit, {"type": "error", "code": code, "message": error[:500]})
-    await _done(session_id, emit, message)
+    await _done(session_id, emit, message, budget)
     return message
 
 
-def _maybe_compact_later(session_id: int, next_message_runes: int) -> None:
+def _maybe_compact_later(session: ChatSession, next_message_runes: int) -> None:
     """Compact now, in the background, if the next turn would cross the threshold: then the next
     send rarely waits for a summary. The seed's strategy has no such step (it compacts inline)."""
     if not settings.CHAT_BACKGROUND_COMPACTION:
         return
-    session = ChatSession.objects.select_related("agent").get(pk=session_id)
     cfg = ctx.context_config_for(session=session)
     if cfg.strategy != "cadau":
         return
@@ -504,7 +559,7 @@ def _maybe_compact_later(session_id: int, next_message_runes: int) -> None:
     if not ctx.context_would_cross_threshold(session=session, next_message_runes=reserve):
         return
     background_submit(
-        compact_with_events, session_id=session_id, trigger="after_reply", reserve_runes=reserve
+        compact_with_events, session_id=session.pk, trigger="after_reply", reserve_runes=reserve
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.core.management import call_command
 from django.test import Client
@@ -18,8 +19,9 @@ from django.utils import timezone
 
 from cadau.asgi import application
 from cadau.contextconfig import ContextConfig
+from chat.llm.transport import loop_transports_close
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
-from chat.services import realtime
+from chat.services import events, realtime
 from tests.factories import ChatSessionFactory, UserFactory, make_conversation
 
 # Replies run through database_sync_to_async, which cannot share a test transaction.
@@ -27,6 +29,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 ORIGIN = b"http://localhost"
 TIMEOUT = 5.0
+
+
+@pytest.fixture(autouse=True)
+async def _llm_transports_closed():
+    """The ASGI application marks the test's loop as a server's, so replies stream through a
+    pooled aiohttp session on it: close it before the loop ends with the test."""
+    yield
+    await loop_transports_close()
 
 
 def _cookie_for(user: Any) -> str:
@@ -385,6 +395,66 @@ async def test_reconnect_mid_stream_resumes_from_the_partial(session, owner_cook
     # The partial plus what follows is the reply, with no piece twice.
     assert partial["content"] + _text(rest) == words == rest[-1]["message"]["content"]
     await again.disconnect()
+
+
+# --- how events reach the socket (chat/services/events.py) -------------------------------------
+
+
+async def test_a_piece_the_socket_already_holds_is_cut_off(session, owner_cookie):
+    """A catch-up from another process repeats the text so far at offset 0: the socket sends on
+    only what its client lacks, so the client never shows a piece twice."""
+    ws = await _open(session.pk, owner_cookie)
+    for event in (
+        {"type": "delta", "message_id": 7, "text": "Hello ", "offset": 0},
+        {"type": "delta", "message_id": 7, "text": "Hello world", "offset": 0},
+        {"type": "delta", "message_id": 7, "text": "Hello", "offset": 0},
+        {"type": "delta", "message_id": 7, "text": "!", "offset": 11},
+    ):
+        await events.event_publish_async(session_id=session.pk, event=event)
+    got = [await ws.receive_json_from(timeout=TIMEOUT) for _ in range(3)]
+    assert [(e["offset"], e["text"]) for e in got] == [(0, "Hello "), (6, "world"), (11, "!")]
+    assert await ws.receive_nothing(timeout=0.1)
+    await ws.disconnect()
+
+
+async def test_layer_messages_of_this_process_are_skipped_and_others_forwarded(
+    session, owner_cookie
+):
+    """This process's events reach its sockets directly; the same event coming back through a
+    shared layer must not be sent twice. Events of other processes are forwarded."""
+    ws = await _open(session.pk, owner_cookie)
+    layer = get_channel_layer()
+    group = events.session_group(session.pk)
+    mine = {"type": "compaction", "state": "started"}
+    theirs = {"type": "compaction", "state": "done"}
+    await layer.group_send(group, {"type": "chat.event", "event": mine, "origin": events.ORIGIN})
+    await layer.group_send(group, {"type": "chat.event", "event": theirs, "origin": "elsewhere"})
+    assert await ws.receive_json_from(timeout=TIMEOUT) == theirs
+    assert await ws.receive_nothing(timeout=0.1)
+    await ws.disconnect()
+
+
+async def test_a_client_too_slow_for_its_events_is_closed_4408(session, owner_cookie, monkeypatch):
+    monkeypatch.setattr(events, "OUTBOX_LIMIT", 5)
+    ws = await _open(session.pk, owner_cookie)
+    for i in range(10):  # queued without yielding: more than the socket could send meanwhile
+        events._deliver_locally(
+            session.pk, {"type": "delta", "message_id": 1, "text": "x", "offset": i}
+        )
+    closed = None
+    while closed is None:
+        output = await ws.receive_output(timeout=TIMEOUT)
+        if output["type"] == "websocket.close":
+            closed = output
+    assert closed["code"] == 4408
+    await ws.disconnect()
+
+
+async def test_disconnected_socket_leaves_the_local_registry(session, owner_cookie):
+    ws = await _open(session.pk, owner_cookie)
+    assert len(events._local.get(session.pk, ())) == 1
+    await ws.disconnect()
+    assert session.pk not in events._local
 
 
 async def test_connect_without_a_live_reply_sends_nothing(session, owner_cookie):
