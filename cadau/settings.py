@@ -112,7 +112,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("TEST", {})["NAME"] = str(
         Path(tempfile.gettempdir()) / f"cadau-test-{os.getpid()}.sqlite3"
     )
-DATABASES["default"]["CONN_MAX_AGE"] = _strict(env.int, "DB_CONN_MAX_AGE", default=0)
+# Persistent connections: the WebSocket path runs its database work in one long-lived thread
+# (Channels' database_sync_to_async), and opening a connection per call cost a SQLite send
+# ~2 ms per trip (open, register Django's functions, WAL checkpoint on close) or a PostgreSQL
+# backend start; bench/realtime.py. Threads that end (one per HTTP request under ASGI) take
+# their connection with them. Health checks replace a connection the server dropped.
+DATABASES["default"]["CONN_MAX_AGE"] = _strict(env.int, "DB_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels: in-memory layer unless REDIS_URL is set ----------------------------------------

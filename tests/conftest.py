@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import pytest
+from asgiref.sync import SyncToAsync
+from django.db import connections
 from rest_framework.test import APIClient
 
 from tests.factories import UserFactory
 
 # Area fixtures live in their own plugin modules so parallel work does not collide here.
 pytest_plugins = ["tests.fixtures_llm"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sync_thread_connections_closed(django_db_setup, django_db_blocker):
+    """Channels runs WebSocket database work in asgiref's one long-lived sync thread, which
+    keeps its connection (DB_CONN_MAX_AGE). Close it before the test database is dropped:
+    PostgreSQL refuses to drop a database someone is still connected to."""
+    yield
+    with django_db_blocker.unblock():
+        SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
 
 
 @pytest.fixture
