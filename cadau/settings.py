@@ -127,7 +127,17 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env.str("REDIS_PREFIX", default="cadau")},
+            "CONFIG": {
+                # redis-py's pool refuses (MaxConnectionsError) past 100 commands in flight; a
+                # burst of a few hundred sockets connecting at once needs more.
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "max_connections": _strict(env.int, "REDIS_MAX_CONNECTIONS", default=1000),
+                    }
+                ],
+                "prefix": env.str("REDIS_PREFIX", default="cadau"),
+            },
         }
     }
 else:

@@ -14,13 +14,23 @@ pytest_plugins = ["tests.fixtures_llm"]
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _sync_thread_connections_closed(django_db_setup, django_db_blocker):
-    """Channels runs WebSocket database work in asgiref's one long-lived sync thread, which
-    keeps its connection (DB_CONN_MAX_AGE). Close it before the test database is dropped:
-    PostgreSQL refuses to drop a database someone is still connected to."""
+def _worker_thread_connections_closed(django_db_setup, django_db_blocker):
+    """Database work of sockets and replies runs in worker threads (asgiref's long-lived sync
+    thread, event loops' thread pools) that keep their connections (DB_CONN_MAX_AGE). Close
+    them before the test database is dropped: PostgreSQL refuses to drop a database someone
+    is still connected to."""
     yield
     with django_db_blocker.unblock():
         SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
+        connection = connections["default"]
+        if connection.vendor == "postgresql":
+            # Threads of pools whose loops are gone may not have let go yet.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            connection.close()
 
 
 @pytest.fixture

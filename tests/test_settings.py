@@ -1,4 +1,7 @@
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -66,3 +69,29 @@ def test_bad_config_file(tmp_path):
     unknown.write_text('{"chat_context": {"budget": 1}}')
     with pytest.raises(ImproperlyConfigured, match="unknown key"):
         load_chat_context(environ={}, config_path=str(unknown))
+
+
+def _settings_in_child(env: dict[str, str], expr: str) -> subprocess.CompletedProcess[str]:
+    """Import cadau.settings in a fresh interpreter with `env` (module-level parsing)."""
+    code = f"import cadau.settings as s; print({expr})"
+    full = {**os.environ, "SECRET_KEY": "x" * 50, **env}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_redis_pool_and_persistent_connections_defaults():
+    done = _settings_in_child(
+        {"REDIS_URL": "redis://127.0.0.1:6379/0"},
+        "s.CHANNEL_LAYERS['default']['CONFIG']['hosts'][0]['max_connections'], "
+        "s.DATABASES['default']['CONN_MAX_AGE'], s.DATABASES['default']['CONN_HEALTH_CHECKS']",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1000", "60", "True"]
+
+
+@pytest.mark.parametrize("name", ["REDIS_MAX_CONNECTIONS", "DB_CONN_MAX_AGE"])
+def test_bad_integer_settings_name_the_key(name):
+    done = _settings_in_child({"REDIS_URL": "redis://127.0.0.1:6379/0", name: "lots"}, "1")
+    assert done.returncode != 0
+    assert f"ImproperlyConfigured: {name}" in done.stderr

@@ -293,14 +293,14 @@ async def socket_send(*, user: Any, session_id: int, content: Any, client_id: An
     queue of one, as over REST), then refuses with `reply_in_progress`."""
     try:
         deadline = time.monotonic() + settings.CHAT_SEND_QUEUE_SECONDS
-        session, started = await database_sync_to_async(_prepare_and_start)(
+        session, started = await database_sync_to_async(_prepare_and_start, thread_sensitive=False)(
             user=user, session_id=session_id, content=content, client_id=client_id
         )
         client_id = client_id or None
         while started is None:
             await asyncio.sleep(QUEUE_POLL_SECONDS)
             try:
-                started = await database_sync_to_async(_turn_start_once)(
+                started = await database_sync_to_async(_turn_start_once, thread_sensitive=False)(
                     session=session, content=content, client_id=client_id
                 )
             except ApiError as exc:

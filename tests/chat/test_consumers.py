@@ -10,8 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from channels import DEFAULT_CHANNEL_LAYER
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
+from channels.layers import channel_layers, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.core.management import call_command
 from django.test import Client
@@ -32,11 +33,23 @@ TIMEOUT = 5.0
 
 
 @pytest.fixture(autouse=True)
-async def _llm_transports_closed():
-    """The ASGI application marks the test's loop as a server's, so replies stream through a
-    pooled aiohttp session on it: close it before the loop ends with the test."""
+async def _loop_left_clean():
+    """Replies outlive their sockets on purpose, and the test's loop ends with the test: let
+    them finish first (a reply cut off with its loop would leave channels-redis mid-receive,
+    and the next test's receive would fail). The ASGI application marks the test's loop as a
+    server's, so replies stream through a pooled aiohttp session on it: close that too."""
     yield
+    if realtime._tasks:
+        tasks = list(realtime._tasks)
+        _done, pending = await asyncio.wait(tasks, timeout=TIMEOUT)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
     await loop_transports_close()
+    # channels-redis keeps receive state (a lock, a count) for the loop that receives; a
+    # socket task still waiting when the loop ends would leave it to the next test's loop.
+    # Each test gets a layer of its own, as each server process has.
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
 
 
 def _cookie_for(user: Any) -> str:
