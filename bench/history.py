@@ -56,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--conn-max-age",
         type=int,
-        # The app's default. Under ASGI, Django runs each request's sync code in a thread of its
-        # own, so a persistent connection is never reused anyway; it would only linger.
+        # Under ASGI, Django runs each request's sync code in a thread of its own, so HTTP
+        # requests never reuse a persistent connection anyway: every page here opens one.
         default=0,
         help="DB_CONN_MAX_AGE for the server (0, the default, = a DB connection per request)",
     )

@@ -50,18 +50,48 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listening_sockets(count: int) -> list[socket.socket]:
+    """`count` listening loopback sockets on one port, each to hand to one server process
+    (`--fd`). SO_REUSEPORT: the kernel spreads new connections evenly over them; one socket
+    shared by all would go mostly to whichever process happens to be awake (Twisted accepts
+    up to 100 connections per wake-up)."""
+    sockets: list[socket.socket] = []
+    port = 0
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(1024)
+        port = int(sock.getsockname()[1])
+        sockets.append(sock)
+    return sockets
+
+
 class ServerProcess:
     """A child serving HTTP on a loopback port, its output in `log_path`. Use as a context
     manager, or call `stop()`."""
 
-    def __init__(self, *, argv: list[str], port: int, env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        *,
+        argv: list[str],
+        port: int,
+        env: dict[str, str],
+        log_path: Path,
+        pass_fds: tuple[int, ...] = (),
+    ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = log_path.open("w")
         self.proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
+            argv,
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            pass_fds=pass_fds,
         )
 
     @classmethod
@@ -81,6 +111,17 @@ class ServerProcess:
             argv = [sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1"]
             argv += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
         return cls(argv=argv, port=port, env=env, log_path=log_path)
+
+    @classmethod
+    def daphne_on_socket(
+        cls, *, env: dict[str, str], log_path: Path, listener: socket.socket
+    ) -> ServerProcess:
+        """Daphne accepting on a socket its parent opened (`--fd`; README, "Running N
+        processes")."""
+        fd = listener.fileno()
+        port = int(listener.getsockname()[1])
+        argv = [sys.executable, "-m", "daphne", "--fd", str(fd), APP]
+        return cls(argv=argv, port=port, env=env, log_path=log_path, pass_fds=(fd,))
 
     @classmethod
     def fake_llm(
