@@ -39,14 +39,14 @@ chat/services/events.py; events to "this socket only" are noted):
   (chat/services/toolloop.py); this consumer forwards them like any other group event.
 - `{"type": "done", "message": message, "context_budget": {...}}`: the stored reply, final
   status `complete`, `failed` or `cancelled`. To this socket only for a repeated client_id.
-
-Close codes after accept: 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
-for it (it can reconnect and resume).
 - `{"type": "error", "code": str, "message": str}`: `bad_request` (not JSON, unknown type, wrong
   field types; the socket stays open), the REST send's codes (`invalid`, `message_too_large`,
   `reply_in_progress`, `not_found`), `nothing_to_cancel`, and reply failures broadcast to the
   group (`llm_stream_cut`, `llm_error`, `context_too_large`, followed by `done` with the partial
   stored as `failed`).
+
+Close codes after accept: 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
+for it (it can reconnect and resume).
 """
 
 from __future__ import annotations

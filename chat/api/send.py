@@ -28,9 +28,8 @@ from chat.services import context as ctx
 from chat.services.messages import (
     message_payload,
     reply_restart,
+    send_checks,
     turn_start,
-    validate_client_id,
-    validate_content,
 )
 from chat.services.reply import compact_with_events, reply_generate
 
@@ -117,13 +116,10 @@ def _event_stream(
 
 def _result(user_message: ChatMessage | None, assistant: ChatMessage | None) -> dict[str, Any]:
     session_id = (assistant or user_message).session_id  # type: ignore[union-attr]
-    from chat.models import ChatSession
-
-    session = ChatSession.objects.select_related("agent").get(pk=session_id)
     return {
         "user_message": message_payload(user_message) if user_message else None,
         "assistant_message": message_payload(assistant) if assistant else None,
-        "context_budget": ctx.context_budget_for(session=session),
+        "context_budget": ctx.context_budget_read(session_id=session_id),
     }
 
 
@@ -134,10 +130,12 @@ class SendView(APIView):
     def post(self, request: Request) -> Response | StreamingHttpResponse:
         data = SendRequest(data=request.data)
         data.is_valid(raise_exception=True)
-        session = session_for_user(user=request.user, session_id=data.validated_data["session_id"])
-        content = validate_content(content=data.validated_data["content"])
-        client_id = validate_client_id(client_id=data.validated_data.get("client_id"))
-        ctx.context_check_fits(session=session, content=content)
+        session, content, client_id = send_checks(
+            user=request.user,
+            session_id=data.validated_data["session_id"],
+            content=data.validated_data["content"],
+            client_id=data.validated_data.get("client_id"),
+        )
         started = turn_start(session=session, content=content, client_id=client_id)
         user_message, assistant = started.user_message, started.assistant_message
         if not started.created or assistant is None:

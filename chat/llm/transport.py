@@ -51,6 +51,10 @@ async def loop_transports_close() -> None:
         await transport.aclose()
 
 
+# What the library lets through: its own httpx mapping, or aiohttp's errors unmapped.
+_RAISED = (httpx.HTTPError, aiohttp.ClientError, TimeoutError)
+
+
 def _httpx_error(exc: BaseException, request: httpx.Request) -> httpx.HTTPError:
     """The httpx exception for what aiohttp (or the library's first mapping of it) raised."""
     root = exc.__cause__ if isinstance(exc, httpx.HTTPError) and exc.__cause__ else exc
@@ -84,7 +88,7 @@ class _Body(httpx.AsyncByteStream):
         try:
             async for chunk in self._inner:
                 yield chunk
-        except (httpx.HTTPError, aiohttp.ClientError, TimeoutError) as exc:
+        except _RAISED as exc:
             raise _httpx_error(exc, self._request) from exc
 
     async def aclose(self) -> None:
@@ -106,7 +110,7 @@ class AiohttpTransport(httpx_aiohttp.AiohttpTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
             response = await super().handle_async_request(request)
-        except (httpx.HTTPError, aiohttp.ClientError, TimeoutError) as exc:
+        except _RAISED as exc:
             raise _httpx_error(exc, request) from exc
         assert isinstance(response.stream, httpx.AsyncByteStream)
         response.stream = _Body(response.stream, request)

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from chat.api.errors import ApiError
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
-from chat.selectors import message_rows
+from chat.selectors import message_rows, session_for_user
+from chat.services import context as ctx
 from chat.services.events import event_publish_on_commit
 
 # A reply row still `streaming` with no progress saved for this long belongs to a dead process.
@@ -116,6 +117,19 @@ def validate_client_id(*, client_id: Any) -> str | None:
     if not isinstance(client_id, str) or len(client_id) > MAX_CLIENT_ID:
         raise ApiError(f"client_id must be a string of at most {MAX_CLIENT_ID} characters")
     return client_id
+
+
+def send_checks(
+    *, user: Any, session_id: Any, content: Any, client_id: Any
+) -> tuple[ChatSession, str, str | None]:
+    """A send's checks, in one order for REST and the WebSocket so both refuse the same input:
+    the session (404 for someone else's), the content, the client_id, then whether the message
+    could ever fit the model's context. Returns the session and the checked values."""
+    session = session_for_user(user=user, session_id=session_id)
+    content = validate_content(content=content)
+    client_id = validate_client_id(client_id=client_id)
+    ctx.context_check_fits(session=session, content=content)
+    return session, content, client_id
 
 
 def turn_start(

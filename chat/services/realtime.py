@@ -30,17 +30,16 @@ from django.utils import timezone
 
 from chat.api.errors import ApiError
 from chat.models import ChatMessage, ChatSession, MessageStatus
-from chat.selectors import session_for_user
 from chat.services import context as ctx
 from chat.services.events import ORIGIN, event_publish_async, layer_is_shared
 from chat.services.messages import (
     STALE_STREAMING_SECONDS,
     TurnStart,
     message_payload,
+    send_checks,
     turn_start,
-    validate_client_id,
-    validate_content,
 )
+from chat.services.workers import in_worker
 
 logger = logging.getLogger("chat.realtime")
 
@@ -209,34 +208,28 @@ def _api_error_event(exc: ApiError) -> Event:
     return error_event(code=exc.error_code, message=str(exc.detail))
 
 
-def _prepare_send(*, user: Any, session_id: int, content: Any, client_id: Any) -> ChatSession:
-    """The REST send's checks, in the same order, so both paths refuse the same input."""
-    session = session_for_user(user=user, session_id=session_id)
-    content = validate_content(content=content)
-    validate_client_id(client_id=client_id)
-    ctx.context_check_fits(session=session, content=content)
-    return session
-
-
 def _turn_start_once(*, session: ChatSession, content: str, client_id: str | None) -> TurnStart:
     # wait_seconds=0: one attempt; the queue wait happens in async code, so no worker thread
-    # sleeps (the default thread-sensitive executor is shared by the whole process).
+    # sleeps (worker threads are shared by the whole process).
     return turn_start(session=session, content=content, client_id=client_id, wait_seconds=0)
 
 
-def _prepare_and_start(
+def _checks_and_start(
     *, user: Any, session_id: int, content: Any, client_id: Any
-) -> tuple[ChatSession, TurnStart | None]:
-    """The checks and the first attempt at storing the turn, in one trip to the sync thread.
-    `None`: another reply of the session is generating (the caller queues)."""
-    session = _prepare_send(user=user, session_id=session_id, content=content, client_id=client_id)
+) -> tuple[ChatSession, str | None, TurnStart | None]:
+    """The checks and the first attempt at storing the turn, in one trip to a worker thread.
+    Returns the session, the checked client_id, and None for the turn while another reply of
+    the session is generating (the caller queues)."""
+    session, content, client_id = send_checks(
+        user=user, session_id=session_id, content=content, client_id=client_id
+    )
     try:
-        started = _turn_start_once(session=session, content=content, client_id=client_id or None)
+        started = _turn_start_once(session=session, content=content, client_id=client_id)
     except ApiError as exc:
         if exc.error_code != "reply_in_progress" or settings.CHAT_SEND_QUEUE_SECONDS <= 0:
             raise
-        return session, None
-    return session, started
+        return session, client_id, None
+    return session, client_id, started
 
 
 def _repeat_events(started: TurnStart) -> list[Event]:
@@ -249,12 +242,11 @@ def _repeat_events(started: TurnStart) -> list[Event]:
         # Still generating: the partial now, the rest arrives through the group.
         events.append({"type": "message", "message": live_payload(message=assistant)})
         return events
-    session = ChatSession.objects.select_related("agent").get(pk=assistant.session_id)
     events.append(
         {
             "type": "done",
             "message": message_payload(assistant),
-            "context_budget": ctx.context_budget_for(session=session),
+            "context_budget": ctx.context_budget_read(session_id=assistant.session_id),
         }
     )
     return events
@@ -293,14 +285,13 @@ async def socket_send(*, user: Any, session_id: int, content: Any, client_id: An
     queue of one, as over REST), then refuses with `reply_in_progress`."""
     try:
         deadline = time.monotonic() + settings.CHAT_SEND_QUEUE_SECONDS
-        session, started = await database_sync_to_async(_prepare_and_start, thread_sensitive=False)(
+        session, client_id, started = await in_worker(_checks_and_start)(
             user=user, session_id=session_id, content=content, client_id=client_id
         )
-        client_id = client_id or None
         while started is None:
             await asyncio.sleep(QUEUE_POLL_SECONDS)
             try:
-                started = await database_sync_to_async(_turn_start_once, thread_sensitive=False)(
+                started = await in_worker(_turn_start_once)(
                     session=session, content=content, client_id=client_id
                 )
             except ApiError as exc:

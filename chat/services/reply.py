@@ -16,7 +16,6 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 
 from chat.llm import get_provider
@@ -34,6 +33,7 @@ from chat.services.messages import (
 )
 from chat.services.realtime import generation_publish, generation_tracked
 from chat.services.toolloop import RoundsState, reply_rounds_run
+from chat.services.workers import in_worker
 
 logger = logging.getLogger("chat.reply")
 
@@ -41,20 +41,6 @@ Emit = Callable[[dict[str, Any]], Awaitable[None]]
 # Progress saves: at most this often, so a long reply costs a handful of UPDATEs, not one per
 # token, and a crash loses at most this much text.
 SAVE_EVERY_SECONDS = 0.5
-
-
-def _db(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    """A send's own database work: self-contained transactions that need no particular thread.
-    In the thread pool, sends of different sessions overlap their database round trips instead
-    of queueing behind the one thread-sensitive thread (PostgreSQL: with 200 sends at once the
-    last reply started streaming ~3 s late; bench/realtime.py)."""
-    return database_sync_to_async(fn, thread_sensitive=False)
-
-
-def _blocking(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    """Run slow sync work (a summarising LLM call inside compaction) off the request's sync
-    thread, with Django's connection hygiene."""
-    return database_sync_to_async(fn, thread_sensitive=False)
 
 
 async def _send(session_id: int, emit: Emit | None, event: dict[str, Any]) -> None:
@@ -65,11 +51,6 @@ async def _send(session_id: int, emit: Emit | None, event: dict[str, Any]) -> No
 
 def _compaction_state(outcome: str) -> str:
     return "done" if outcome in ("committed", "skipped", "busy", "conflict") else "failed"
-
-
-def _budget(session_id: int) -> dict[str, Any]:
-    session = ChatSession.objects.select_related("agent").get(pk=session_id)
-    return ctx.context_budget_for(session=session)
 
 
 async def reply_generate(
@@ -105,7 +86,7 @@ async def reply_generate(
         except asyncio.CancelledError:
             # Cancelled by the user (or the server shutting down): keep what was produced.
             message, budget = await asyncio.shield(
-                _db(_finish_cancelled)(session_id, rounds.message_id)
+                in_worker(_finish_cancelled)(session_id, rounds.message_id)
             )
             await asyncio.shield(_done(session_id, emit, message, budget))
             current = asyncio.current_task()
@@ -117,7 +98,7 @@ async def reply_generate(
 def _finish_cancelled(session_id: int, message_id: int) -> tuple[ChatMessage, dict[str, Any]]:
     current = ChatMessage.objects.get(pk=message_id)
     if current.status != MessageStatus.STREAMING:
-        return current, _budget(session_id)
+        return current, ctx.context_budget_read(session_id=session_id)
     return _finish_with_budget(
         session_id=session_id,
         message_id=message_id,
@@ -145,7 +126,7 @@ async def _generate(
     rounds: RoundsState,
 ) -> ChatMessage:
     started = time.monotonic()
-    prepared = await _db(_prepare)(assistant_message_id, session_id, query)
+    prepared = await in_worker(_prepare)(assistant_message_id, session_id, query)
     for event in prepared.events:
         await _send(session_id, emit, event)
     session, state = prepared.session, prepared.state
@@ -153,13 +134,13 @@ async def _generate(
     # the verbatim tail, the seed's loop reads its whole history window every time).
     rows_read = state.rows_read
     summary_calls = 0
-    payload = prepared.payload
+    payload, too_large = prepared.payload, prepared.too_large
     if prepared.roll_first:
         # `needed` (over the threshold) is what the client hears about as a compaction.
         needed = ctx.context_needs_roll(state=state)
         if needed:
             await _send(session_id, emit, {"type": "compaction", "state": "started"})
-        roll = await _blocking(ctx.context_roll)(
+        roll = await in_worker(ctx.context_roll)(
             session_id=session_id, trigger="before_send", query=query
         )
         if needed:
@@ -169,17 +150,17 @@ async def _generate(
         rows_read += roll.rows_read
         summary_calls += roll.llm_calls
         if roll.changed:
-            state = await database_sync_to_async(_state)(session_id, query)
+            state = await in_worker(_state)(session_id, query)
             rows_read += state.rows_read
         try:
-            payload = await database_sync_to_async(ctx.context_payload)(
+            payload = await in_worker(ctx.context_payload)(
                 session_id=session_id, query=query, compact=False, state=state
             )
         except ctx.PayloadTooLarge as exc:
-            prepared.too_large = str(exc)
+            too_large = str(exc)
     if payload is None:
         return await _fail(
-            session_id, emit, assistant_message_id, "", "context_too_large", prepared.too_large
+            session_id, emit, assistant_message_id, "", "context_too_large", too_large
         )
 
     provider = get_provider()
@@ -220,13 +201,13 @@ async def _generate(
                 )
             retried_context = True
             await _send(session_id, emit, {"type": "compaction", "state": "started"})
-            roll = await _blocking(ctx.context_roll)(
+            roll = await in_worker(ctx.context_roll)(
                 session_id=session_id, trigger="context_error", force=True, query=query
             )
             await _send(
                 session_id, emit, {"type": "compaction", "state": _compaction_state(roll.outcome)}
             )
-            payload = await database_sync_to_async(ctx.context_payload)(
+            payload = await in_worker(ctx.context_payload)(
                 session_id=session_id, query=query, compact=False
             )
         except StreamInterrupted as exc:
@@ -237,7 +218,7 @@ async def _generate(
             return await _fail(session_id, emit, rounds.message_id, "", "llm_error", str(exc))
 
     text, finish = outcome.text, outcome.finish
-    message, budget = await _db(_finish_with_budget)(
+    message, budget = await in_worker(_finish_with_budget)(
         session_id=session_id,
         message_id=outcome.message_id,
         content=text,
@@ -255,15 +236,15 @@ async def _generate(
         },
     )
     await _done(session_id, emit, message, budget)
-    await _db(_after_reply)(message.pk, session_id, len(query))
+    await in_worker(_after_reply)(message.pk, session_id, len(query))
     return message
 
 
 @dataclass(slots=True, kw_only=True)
 class _Prepared:
     """Everything a send needs from the database before the model call, gathered in one trip
-    to the sync thread (it took four: with 200 sends at once, every trip holds the GIL the event
-    loop needs for the other replies' tokens; bench/realtime.py)."""
+    to a worker thread (it took four: with 200 sends at once, every trip holds the GIL the
+    event loop needs for the other replies' tokens; bench/realtime.py)."""
 
     events: list[dict[str, Any]]
     session: ChatSession
@@ -302,9 +283,9 @@ def _finish_with_budget(
     status: str,
     metadata: dict[str, Any] | None = None,
 ) -> tuple[ChatMessage, dict[str, Any]]:
-    """The final write and the `done` event's budget in one trip to the sync thread."""
+    """The final write and the `done` event's budget in one trip to a worker thread."""
     message = reply_finish(message_id=message_id, content=content, status=status, metadata=metadata)
-    return message, _budget(session_id)
+    return message, ctx.context_budget_read(session_id=session_id)
 
 
 def _after_reply(message_id: int, session_id: int, query_runes: int) -> None:
@@ -383,9 +364,7 @@ class _ProgressWriter:
                 self._saved[message_id] = len(self._live[message_id])
             if not batch:
                 continue
-            self.inflight = asyncio.ensure_future(
-                database_sync_to_async(reply_progress_many, thread_sensitive=False)(updates=batch)
-            )
+            self.inflight = asyncio.ensure_future(in_worker(reply_progress_many)(updates=batch))
             try:
                 await self.inflight
             except Exception:
@@ -514,7 +493,7 @@ async def _stream(
             # An older batch still in flight must not land after the final save below.
             await asyncio.shield(writer.inflight)
         await asyncio.shield(
-            database_sync_to_async(reply_progress)(message_id=message_id, content="".join(parts))
+            in_worker(reply_progress)(message_id=message_id, content="".join(parts))
         )
         raise
     except StreamInterrupted as exc:
@@ -542,7 +521,7 @@ async def _fail(
         code,
         error,
     )
-    message, budget = await _db(_finish_with_budget)(
+    message, budget = await in_worker(_finish_with_budget)(
         session_id=session_id,
         message_id=message_id,
         content=partial,

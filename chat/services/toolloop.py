@@ -61,6 +61,7 @@ from chat.services.context import (
     summary_validate,
 )
 from chat.services.messages import message_payload, tool_message_create
+from chat.services.workers import in_worker
 from chat.tools import Tool, ToolContext, tool_run
 
 logger = logging.getLogger("chat.toolloop")
@@ -382,11 +383,6 @@ def _normalised_calls(calls: list[Any], *, message_id: int) -> list[dict[str, An
     return out
 
 
-def _blocking(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    # Tool handlers and checkpoint calls can be slow (files, LLM): off the shared sync thread.
-    return database_sync_to_async(fn, thread_sensitive=False)
-
-
 async def agent_tool_loop_run(
     *,
     session: ChatSession,
@@ -414,7 +410,7 @@ async def agent_tool_loop_run(
     )
     while True:
         offer = state.tool_rounds < max_rounds
-        call_messages = await _blocking(window.messages_for_call)()
+        call_messages = await in_worker(window.messages_for_call)()
         text, finish = await stream_round(
             messages=call_messages, message_id=state.message_id, tools=specs if offer else None
         )
@@ -441,7 +437,7 @@ async def agent_tool_loop_run(
         try:
             for call in calls:
                 started = time.monotonic()
-                result, is_error = await _blocking(tool_run)(
+                result, is_error = await in_worker(tool_run)(
                     tool_call=call, context=context, enabled=enabled
                 )
                 tool_row = await database_sync_to_async(tool_message_create)(
