@@ -26,6 +26,7 @@ from chat.models import ChatMessage, MessageRole, MessageStatus
 from chat.selectors import session_for_user
 from chat.services import context as ctx
 from chat.services.messages import (
+    TurnStart,
     message_payload,
     reply_restart,
     send_checks,
@@ -77,7 +78,12 @@ def _sse(event: dict[str, Any]) -> bytes:
 
 
 def _event_stream(
-    *, session_id: int, assistant_id: int, query: str, first: list[dict[str, Any]]
+    *,
+    session_id: int,
+    assistant_id: int,
+    query: str,
+    first: list[dict[str, Any]],
+    turn: TurnStart | None = None,
 ) -> StreamingHttpResponse:
     async def events() -> AsyncIterator[bytes]:
         for event in first:
@@ -91,6 +97,7 @@ def _event_stream(
                 assistant_message_id=assistant_id,
                 query=query,
                 emit=queue.put,
+                turn=turn,
             )
         )
         while True:
@@ -159,9 +166,10 @@ class SendView(APIView):
                 assistant_id=assistant.pk,
                 query=content,
                 first=[{"type": "message", "message": message_payload(user_message)}],
+                turn=started,
             )
         reply = async_to_sync(reply_generate)(
-            session_id=session.pk, assistant_message_id=assistant.pk, query=content
+            session_id=session.pk, assistant_message_id=assistant.pk, query=content, turn=started
         )
         return Response(_result(user_message, reply), status=status.HTTP_200_OK)
 

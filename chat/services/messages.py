@@ -168,7 +168,12 @@ def _turn_start_once(
     *, session: ChatSession, content: str, client_id: str | None
 ) -> TurnStart | None:
     with transaction.atomic():
-        locked = ChatSession.objects.select_for_update().get(pk=session.pk)
+        # The agent comes along: the reply reuses this row (chat/services/reply.py, _prepare).
+        locked = (
+            ChatSession.objects.select_related("agent")
+            .select_for_update(of=("self",))
+            .get(pk=session.pk)
+        )
         if client_id is not None:
             existing = ChatMessage.objects.filter(session=locked, client_id=client_id).first()
             if existing is not None:

@@ -253,14 +253,17 @@ def _repeat_events(started: TurnStart) -> list[Event]:
 
 
 def generation_start(
-    *, session_id: int, assistant_message_id: int, query: str
+    *, session_id: int, assistant_message_id: int, query: str, turn: TurnStart | None = None
 ) -> asyncio.Task[Any]:
     """Start generating a reply in a task owned by this module, not by the caller."""
     from chat.services.reply import reply_generate  # reply imports this module
 
     task = asyncio.ensure_future(
         reply_generate(
-            session_id=session_id, assistant_message_id=assistant_message_id, query=query
+            session_id=session_id,
+            assistant_message_id=assistant_message_id,
+            query=query,
+            turn=turn,
         )
     )
     _tasks.add(task)
@@ -308,6 +311,7 @@ async def socket_send(*, user: Any, session_id: int, content: Any, client_id: An
         session_id=session.pk,
         assistant_message_id=started.assistant_message.pk,
         query=content,
+        turn=started,
     )
     return []
 

@@ -26,6 +26,7 @@ from chat.services import hooks
 from chat.services.background import background_submit
 from chat.services.events import event_publish_now
 from chat.services.messages import (
+    TurnStart,
     message_payload,
     reply_finish,
     reply_progress,
@@ -59,8 +60,12 @@ async def reply_generate(
     assistant_message_id: int,
     query: str,
     emit: Emit | None = None,
+    turn: TurnStart | None = None,
 ) -> ChatMessage:
     """Generate, stream and store the reply row `assistant_message_id` (status `streaming`).
+
+    `turn`: the rows `turn_start` just stored, when the caller has them; saves reading them
+    back (with 200 sends at once every query here is GIL time the streams wait for).
 
     The rounds run in an inner task registered with chat.services.realtime, so a `cancel` from
     any socket in any process can stop them: the partial is stored as `cancelled`, `done` is
@@ -76,6 +81,7 @@ async def reply_generate(
             query=query,
             emit=emit,
             rounds=rounds,
+            turn=turn,
         )
     )
     async with generation_tracked(
@@ -124,9 +130,14 @@ async def _generate(
     query: str,
     emit: Emit | None,
     rounds: RoundsState,
+    turn: TurnStart | None,
 ) -> ChatMessage:
     started = time.monotonic()
-    prepared = await in_worker(_prepare)(assistant_message_id, session_id, query)
+    if turn is not None and (
+        turn.assistant_message is None or turn.assistant_message.pk != assistant_message_id
+    ):
+        raise ValueError("turn does not hold the reply row being generated")
+    prepared = await in_worker(_prepare)(assistant_message_id, session_id, query, turn)
     for event in prepared.events:
         await _send(session_id, emit, event)
     session, state = prepared.session, prepared.state
@@ -218,7 +229,7 @@ async def _generate(
             return await _fail(session_id, emit, rounds.message_id, "", "llm_error", str(exc))
 
     text, finish = outcome.text, outcome.finish
-    message, budget = await in_worker(_finish_with_budget)(
+    message, budget, after = await in_worker(_finish_complete)(
         session_id=session_id,
         message_id=outcome.message_id,
         content=text,
@@ -236,7 +247,9 @@ async def _generate(
         },
     )
     await _done(session_id, emit, message, budget)
-    await in_worker(_after_reply)(message.pk, session_id, len(query))
+    await in_worker(_after_reply)(
+        after=after, user_message=prepared.user_message, assistant=message, query_runes=len(query)
+    )
     return message
 
 
@@ -248,6 +261,7 @@ class _Prepared:
 
     events: list[dict[str, Any]]
     session: ChatSession
+    user_message: ChatMessage | None
     state: ctx.ContextState
     # Compact before this call; the payload is then built after the roll, not here.
     roll_first: bool
@@ -255,13 +269,21 @@ class _Prepared:
     too_large: str = ""  # why no payload can fit (PayloadTooLarge)
 
 
-def _prepare(assistant_message_id: int, session_id: int, query: str) -> _Prepared:
-    session, user_message, _ = _turn_messages(assistant_message_id)
+def _prepare(
+    assistant_message_id: int, session_id: int, query: str, turn: TurnStart | None
+) -> _Prepared:
+    user_message: ChatMessage | None
+    if turn is not None and turn.assistant_message is not None:
+        # The session as locked by turn_start a moment ago, its agent loaded with it.
+        session, user_message = turn.assistant_message.session, turn.user_message
+    else:
+        session, user_message, _ = _turn_messages(assistant_message_id)
     events = _run_turn_started_hooks(session=session, user_message=user_message)
     state = ctx.context_state_read(session=session, query=query)
     prepared = _Prepared(
         events=events,
         session=session,
+        user_message=user_message,
         state=state,
         roll_first=ctx.context_roll_before_call(state=state),
     )
@@ -288,10 +310,29 @@ def _finish_with_budget(
     return message, ctx.context_budget_read(session_id=session_id)
 
 
-def _after_reply(message_id: int, session_id: int, query_runes: int) -> None:
-    session, user_message, assistant = _turn_messages(message_id)
+def _finish_complete(
+    *, session_id: int, message_id: int, content: str, status: str, metadata: dict[str, Any]
+) -> tuple[ChatMessage, dict[str, Any], ctx.ContextState]:
+    """`_finish_with_budget`, also returning the context as it stands after the reply (the
+    budget is computed from it): `_after_reply` decides on compaction from the same read."""
+    message = reply_finish(message_id=message_id, content=content, status=status, metadata=metadata)
+    session = ChatSession.objects.select_related("agent").get(pk=session_id)
+    state = ctx.context_state_read(session=session)
+    return message, ctx.context_budget_of(state=state), state
+
+
+def _after_reply(
+    *,
+    after: ctx.ContextState,
+    user_message: ChatMessage | None,
+    assistant: ChatMessage,
+    query_runes: int,
+) -> None:
+    """Hooks and the background-compaction decision, on the rows this reply already holds:
+    `after` is the session and context read fresh by the final write's trip."""
+    session = after.session
     _run_turn_finished_hooks(session=session, user_message=user_message, assistant=assistant)
-    _maybe_compact_later(session, query_runes)
+    _maybe_compact_later(after, query_runes)
 
 
 def _turn_messages(
@@ -533,17 +574,17 @@ async def _fail(
     return message
 
 
-def _maybe_compact_later(session: ChatSession, next_message_runes: int) -> None:
+def _maybe_compact_later(state: ctx.ContextState, next_message_runes: int) -> None:
     """Compact now, in the background, if the next turn would cross the threshold: then the next
     send rarely waits for a summary. The seed's strategy has no such step (it compacts inline)."""
     if not settings.CHAT_BACKGROUND_COMPACTION:
         return
-    cfg = ctx.context_config_for(session=session)
-    if cfg.strategy != "cadau":
+    session = state.session
+    if state.cfg.strategy != "cadau":
         return
     # Expect the next turn to be about as long as this one's question plus its answer.
     reserve = max(next_message_runes, 200) * 2
-    if not ctx.context_would_cross_threshold(session=session, next_message_runes=reserve):
+    if not ctx.context_needs_roll(state=state, reserve_runes=reserve):
         return
     background_submit(
         compact_with_events, session_id=session.pk, trigger="after_reply", reserve_runes=reserve

@@ -1,0 +1,72 @@
+"""chat/services/reply.py: the database work of one reply, trip by trip.
+
+With 200 sends at once every query of a send is ORM time that holds the GIL while the other
+replies' tokens wait (bench/realtime.py), so the count per trip is pinned here: a change that
+reads a row back again shows up as a failing number, not as a slower benchmark weeks later."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat.models import MessageStatus
+from chat.services import reply
+from chat.services.context import context_budget_read
+from chat.services.messages import turn_start
+from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
+
+
+@pytest.fixture
+def session(owner):
+    # An agent session with some history: the agent's config is read for the context.
+    session = ChatSessionFactory(owner=owner, agent=AgentFactory(owner=owner))
+    make_conversation(session, turns=3)
+    return session
+
+
+def test_prepare_reuses_the_rows_turn_start_stored(session, django_assert_num_queries):
+    started = turn_start(session=session, content="hello", client_id=None)
+    assert started.assistant_message is not None
+    # One query: the verbatim tail. Session, agent and user message come from turn_start.
+    with django_assert_num_queries(1):
+        prepared = reply._prepare(started.assistant_message.pk, session.pk, "hello", started)
+    assert prepared.user_message == started.user_message
+    assert prepared.session.agent == session.agent
+    assert prepared.payload is not None
+    assert prepared.payload.messages[-1] == {"role": "user", "content": "hello"}
+
+
+def test_prepare_without_the_turn_reads_it(session, django_assert_num_queries):
+    started = turn_start(session=session, content="hello", client_id=None)
+    assert started.assistant_message is not None
+    with django_assert_num_queries(3):
+        prepared = reply._prepare(started.assistant_message.pk, session.pk, "hello", None)
+    assert prepared.user_message == started.user_message
+    assert prepared.payload is not None
+    assert prepared.payload.messages[-1] == {"role": "user", "content": "hello"}
+
+
+def test_finish_and_after_reply_read_the_session_once(
+    session, django_assert_num_queries, django_assert_max_num_queries
+):
+    started = turn_start(session=session, content="hello", client_id=None)
+    assert started.assistant_message is not None
+    message_id = started.assistant_message.pk
+    # The final write (lock, update, session touch) and one fresh read of session and tail.
+    with django_assert_max_num_queries(7):
+        message, budget, after = reply._finish_complete(
+            session_id=session.pk,
+            message_id=message_id,
+            content="the answer",
+            status=MessageStatus.COMPLETE,
+            metadata={"rounds": 1},
+        )
+    assert message.status == MessageStatus.COMPLETE and message.content == "the answer"
+    assert message.metadata["reply_to"] == started.user_message.pk
+    # The budget counts the reply just stored.
+    assert after.tail[-1].content == "the answer"
+    assert budget == context_budget_read(session_id=session.pk)
+    # Hooks and the compaction decision run on what the finish read: no query of their own.
+    with django_assert_num_queries(0):
+        reply._after_reply(
+            after=after, user_message=started.user_message, assistant=message, query_runes=5
+        )
