@@ -159,11 +159,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         """Events published in this process, in order (chat/services/events.py)."""
         try:
             while True:
-                event = await local.outbox.get()
+                batch = await local.take()
                 if local.overflowed:
                     await self.close(code=CLOSE_TOO_SLOW)
                     return
-                await self._forward(event)
+                for event in batch:
+                    await self._forward(event)
         except Exception:  # the socket went away under us: disconnect() cleans up
             logger.debug("chat_socket_forward_stopped session=%s", self.session_id, exc_info=True)
 

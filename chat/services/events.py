@@ -23,6 +23,7 @@ costs Redis nothing per token.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import threading
@@ -55,13 +56,14 @@ def layer_is_shared(layer: Any) -> bool:
 
 
 class LocalSocket:
-    """The outbox of one socket of this process. Events are queued from any thread and read,
-    in order, by the socket's own task (see ChatConsumer)."""
+    """The outbox of one socket of this process. Events are queued from any thread and taken,
+    in order and all at once, by the socket's own task (see ChatConsumer)."""
 
     def __init__(self, *, session_id: int) -> None:
         self.session_id = session_id
         self.loop = asyncio.get_running_loop()
-        self.outbox: asyncio.Queue[Event] = asyncio.Queue()
+        self._queue: collections.deque[Event] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
         self.overflowed = False
 
     def push(self, event: Event) -> None:
@@ -79,10 +81,53 @@ class LocalSocket:
     def _put(self, event: Event) -> None:
         if self.overflowed:
             return
-        if self.outbox.qsize() >= OUTBOX_LIMIT:
+        if len(self._queue) >= OUTBOX_LIMIT:
             self.overflowed = True
             logger.warning("chat_socket_outbox_full session=%s", self.session_id)
-        self.outbox.put_nowait(event)
+        self._queue.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def empty(self) -> bool:
+        return not self._queue
+
+    async def take(self) -> list[Event]:
+        """Wait for events, then return every queued one, deltas merged (`deltas_merged`).
+        Why all at once: a socket that fell behind catches up in a few frames instead of one
+        frame (and one write) per token, so a busy process sends fewer, larger frames rather
+        than building a backlog."""
+        while not self._queue:
+            waiter = self._waiter = self.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        taken = list(self._queue)
+        self._queue.clear()
+        return deltas_merged(taken) if len(taken) > 1 else taken
+
+
+def deltas_merged(events: list[Event]) -> list[Event]:
+    """`events` with each run of back-to-back deltas of one reply joined into one delta: the
+    texts concatenated, `offset` of the first, `emitted_at` of the first (the oldest piece, so
+    the latency a client measures is the worst of the run). Deltas merge only when each starts
+    where the previous ended; anything else keeps its place."""
+    merged: list[Event] = []
+    for event in events:
+        last = merged[-1] if merged else None
+        if (
+            last is not None
+            and event.get("type") == "delta"
+            and last.get("type") == "delta"
+            and event.get("message_id") == last.get("message_id")
+            and isinstance(last.get("offset"), int)
+            and event.get("offset") == last["offset"] + len(last["text"])
+        ):
+            merged[-1] = {**last, "text": last["text"] + event["text"]}
+        else:
+            merged.append(event)
+    return merged
 
 
 # session id -> the sockets of this process on it. Replaced, never mutated, so a publisher in
@@ -108,6 +153,11 @@ def local_socket_remove(socket: LocalSocket) -> None:
 def _deliver_locally(session_id: int, event: Event) -> None:
     for socket in _local.get(session_id, ()):
         socket.push(event)
+
+
+def event_publish_local(*, session_id: int, event: Event) -> None:
+    """To this process's sockets only, from the event loop or any thread."""
+    _deliver_locally(session_id, event)
 
 
 def _envelope(event: Event) -> dict[str, Any]:

@@ -31,7 +31,12 @@ from django.utils import timezone
 from chat.api.errors import ApiError
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.services import context as ctx
-from chat.services.events import ORIGIN, event_publish_async, layer_is_shared
+from chat.services.events import (
+    ORIGIN,
+    event_publish_async,
+    event_publish_local,
+    layer_is_shared,
+)
 from chat.services.messages import (
     STALE_STREAMING_SECONDS,
     TurnStart,
@@ -112,6 +117,19 @@ async def generation_publish(*, session_id: int, event: Event) -> None:
     if remote:
         async with gen.remote_lock:
             await event_publish_async(session_id=session_id, event=event, local=False)
+
+
+def generation_publish_delta_now(*, session_id: int, event: Event) -> bool:
+    """Publish a delta right away, without a task switch, when it goes to this process's
+    sockets only (nobody elsewhere watches the session). False: the caller must go through
+    `generation_publish`. Order holds: a socket's outbox takes events in publish order, and
+    the caller only comes here with nothing of its own still in flight."""
+    gen = _running.get(session_id)
+    if gen is None or gen.remote_watchers:
+        return False
+    generation_observe(session_id=session_id, event=event)
+    event_publish_local(session_id=session_id, event=event)
+    return True
 
 
 async def _remote_watcher_seen(gen: Generation) -> None:

@@ -32,7 +32,11 @@ from chat.services.messages import (
     reply_progress,
     reply_progress_many,
 )
-from chat.services.realtime import generation_publish, generation_tracked
+from chat.services.realtime import (
+    generation_publish,
+    generation_publish_delta_now,
+    generation_tracked,
+)
 from chat.services.toolloop import RoundsState, reply_rounds_run
 from chat.services.workers import in_worker
 
@@ -428,13 +432,16 @@ def _progress_writer() -> _ProgressWriter:
 class _DeltaPump:
     """Publishes a reply's text as `delta` events, coalescing under load.
 
-    The stream reader only appends to a buffer; this task sends whatever has accumulated each
-    time it runs. On a quiet server it runs after every token, so each token goes out alone and
-    at once. When the process is saturated (hundreds of streams) tokens pile up between its
-    runs and leave as one event, so the per-event cost (channel layer, every socket's frame) is
-    paid per batch: throughput rises to meet demand instead of a backlog growing without bound
-    (bench/realtime.py). `offset` is where the batch starts in the reply and `emitted_at` the
-    provider's emit time of its first token, so clients and the benchmark see the worst case."""
+    Usually a token goes straight into this process's socket outboxes from the stream reader
+    (`generation_publish_delta_now`); the sockets' own tasks merge what piles up while they
+    wait (chat/services/events.py). When a delta must also cross the channel layer (a socket
+    of another process watches) or go to `emit` (a server-sent-events response), both awaited,
+    the reader only appends to a buffer and this task sends whatever has accumulated each time
+    it runs: when the process is saturated, tokens pile up between its runs and leave as one
+    event, so the per-event cost is paid per batch and throughput rises to meet demand instead
+    of a backlog growing without bound (bench/realtime.py). `offset` is where a batch starts in
+    the reply and `emitted_at` the provider's emit time of its first token, so clients and the
+    benchmark see the worst case."""
 
     def __init__(self, *, session_id: int, message_id: int, emit: Emit | None) -> None:
         self._session_id = session_id
@@ -446,9 +453,15 @@ class _DeltaPump:
         self._emitted_at: float | None = None
         self._wake = asyncio.Event()
         self._closing = False
+        self._sending = False
         self._task = asyncio.ensure_future(self._run())
 
     def push(self, text: str, emitted_at: float | None) -> None:
+        if self._emit is None and not self._pending and not self._sending:
+            delta = self._delta(text, self._sent, emitted_at)
+            if generation_publish_delta_now(session_id=self._session_id, event=delta):
+                self._sent += len(text)
+                return
         if not self._pending:
             self._offset = self._sent
             self._emitted_at = emitted_at
@@ -461,20 +474,28 @@ class _DeltaPump:
             await self._wake.wait()
             self._wake.clear()
             if self._pending:
-                delta: dict[str, Any] = {
-                    "type": "delta",
-                    "message_id": self._message_id,
-                    "text": "".join(self._pending),
-                    # offset: where this piece starts in the reply; lets a reconnecting socket
-                    # drop pieces its resumed partial already holds (chat/consumers.py).
-                    "offset": self._offset,
-                }
-                if self._emitted_at is not None:
-                    delta["emitted_at"] = self._emitted_at
+                delta = self._delta("".join(self._pending), self._offset, self._emitted_at)
                 self._pending = []
-                await _send(self._session_id, self._emit, delta)
+                self._sending = True
+                try:
+                    await _send(self._session_id, self._emit, delta)
+                finally:
+                    self._sending = False
             if self._closing and not self._pending:
                 return
+
+    def _delta(self, text: str, offset: int, emitted_at: float | None) -> dict[str, Any]:
+        delta: dict[str, Any] = {
+            "type": "delta",
+            "message_id": self._message_id,
+            "text": text,
+            # offset: where this piece starts in the reply; lets a reconnecting socket drop
+            # pieces its resumed partial already holds (chat/consumers.py).
+            "offset": offset,
+        }
+        if emitted_at is not None:
+            delta["emitted_at"] = emitted_at
+        return delta
 
     async def close(self) -> None:
         """Send what is left, then stop (before `done` goes out)."""

@@ -22,10 +22,12 @@ async def test_events_from_another_thread_arrive_in_order_on_the_sockets_loop():
 
         thread = threading.Thread(target=publish)
         thread.start()
-        got = [await asyncio.wait_for(socket.outbox.get(), 5) for _ in range(50)]
+        got: list[dict] = []
+        while len(got) < 50:
+            got += await asyncio.wait_for(socket.take(), 5)
         thread.join()
         assert [e["i"] for e in got] == list(range(50))
-        assert other.outbox.empty()  # another session's socket hears nothing
+        assert other.empty()  # another session's socket hears nothing
     finally:
         events.local_socket_remove(socket)
         events.local_socket_remove(other)
@@ -38,8 +40,8 @@ async def test_local_false_reaches_only_other_processes():
     try:
         await events.event_publish_async(session_id=43, event={"type": "x"}, local=False)
         await events.event_publish_async(session_id=43, event={"type": "y"})
-        assert socket.outbox.get_nowait() == {"type": "y"}
-        assert socket.outbox.empty()
+        assert await socket.take() == [{"type": "y"}]
+        assert socket.empty()
     finally:
         events.local_socket_remove(socket)
 
@@ -62,3 +64,43 @@ def test_the_in_memory_layer_is_not_shared_and_redis_is(settings):
     assert not events.layer_is_shared(None)
     assert not events.layer_is_shared(InMemoryChannelLayer())
     assert events.layer_is_shared(object())
+
+
+def _delta(offset: int, text: str, message_id: int = 7, **extra: object) -> dict:
+    return {"type": "delta", "message_id": message_id, "text": text, "offset": offset, **extra}
+
+
+def test_back_to_back_deltas_of_one_reply_merge_into_one():
+    merged = events.deltas_merged(
+        [_delta(0, "a", emitted_at=1.0), _delta(1, "bc", emitted_at=2.0), _delta(3, "d")]
+    )
+    # The oldest emit time stays: a client measuring latency sees the worst piece of the run.
+    assert merged == [_delta(0, "abcd", emitted_at=1.0)]
+
+
+def test_deltas_merge_only_when_contiguous_and_of_the_same_reply():
+    done = {"type": "done", "message": {"id": 7}}
+    batch = [
+        _delta(0, "a"),
+        _delta(5, "b"),  # a gap: not contiguous
+        _delta(6, "c", message_id=8),  # another reply
+        done,
+        _delta(7, "d", message_id=8),  # after another event: keeps its place
+        {"type": "delta", "message_id": 8, "text": "e"},  # no offset: left alone
+    ]
+    assert events.deltas_merged(batch) == batch
+
+
+async def test_take_returns_everything_queued_with_deltas_merged():
+    socket = events.LocalSocket(session_id=45)
+    socket.push(_delta(0, "he"))
+    socket.push(_delta(2, "llo"))
+    socket.push({"type": "done"})
+    assert await socket.take() == [_delta(0, "hello"), {"type": "done"}]
+    assert socket.empty()
+    # Nothing queued: take waits for the next push.
+    waiting = asyncio.ensure_future(socket.take())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    socket.push(_delta(5, "!"))
+    assert await asyncio.wait_for(waiting, 5) == [_delta(5, "!")]
