@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 
 from chat.llm.base import (
     Completion,
@@ -156,6 +157,39 @@ def transport_error(exc: httpx.HTTPError) -> LLMError:
     return LLMError(f"LLM connection failed ({type(exc).__name__}): {exc}", retryable=True)
 
 
+class _SSELines:
+    """Splits a byte stream into the lines of an event stream (`\n`, `\r\n` or `\r` ends a
+    line), decoding each whole line as UTF-8.
+
+    Why not httpx's `aiter_lines`: it stacks two more async generators (text, then lines) on
+    the byte stream and its incremental decoders, per chunk, and a chunk is one token; with 200
+    streams that was ~10% of the server's event loop (bench/realtime.py). A whole line can be
+    decoded on its own: a UTF-8 sequence never contains a line break byte."""
+
+    def __init__(self) -> None:
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        data = self._tail + chunk if self._tail else chunk
+        if b"\r" in data:
+            # A \r at the very end may be the first half of \r\n: decide with the next chunk.
+            held = data.endswith(b"\r")
+            if held:
+                data = data[:-1]
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            if held:
+                data += b"\r"
+        lines = data.split(b"\n")
+        self._tail = lines.pop()
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def close(self) -> list[str]:
+        """The last line, when the stream did not end with a line break (or ended with a \r
+        held back for a \n that never came)."""
+        tail, self._tail = self._tail, b""
+        return [tail.removesuffix(b"\r").decode("utf-8", "replace")] if tail else []
+
+
 @dataclass(slots=True)
 class _PartialToolCall:
     id: str = ""
@@ -199,11 +233,23 @@ class _StreamState:
             self.done = True
             return ""
         try:
-            chunk = json.loads(data)
+            # orjson: one parse per streamed token, ~3x cheaper than the stdlib's.
+            chunk = orjson.loads(data)
         except ValueError:
             self._pending.append(data)
             return ""
         return self._apply(chunk)
+
+    def deltas(self, lines: list[str]) -> Iterator[StreamEvent]:
+        """`feed_line` for each line, up to `[DONE]`: the delta events they carry, each one
+        out before the next line is parsed (a bad line fails after the good ones went out)."""
+        for line in lines:
+            text = self.feed_line(line)
+            if text:
+                self.emitted = True
+                yield StreamEvent(kind="delta", text=text, emitted_at=self.emitted_at)
+            if self.done:
+                return
 
     def end_of_input(self) -> None:
         self._flush_pending()
@@ -217,7 +263,7 @@ class _StreamState:
             self.done = True
             return ""
         try:
-            chunk = json.loads(data)
+            chunk = orjson.loads(data)
         except ValueError as exc:
             raise LLMError(f"LLM stream carried invalid JSON: {_snippet(data)}") from exc
         return self._apply(chunk)
@@ -749,13 +795,15 @@ class OpenAICompatProvider:
                         for event in self._codec.events_from_completion(completion):
                             yield event
                         return
-                    async for line in response.aiter_lines():
-                        text = state.feed_line(line)
-                        if text:
-                            state.emitted = True
-                            yield StreamEvent(kind="delta", text=text, emitted_at=state.emitted_at)
+                    lines = _SSELines()
+                    async for chunk in response.aiter_bytes():
+                        for event in state.deltas(lines.feed(chunk)):
+                            yield event
                         if state.done:
                             break
+                    else:
+                        for event in state.deltas(lines.close()):
+                            yield event
                     state.end_of_input()
                     if not state.complete:
                         raise self._codec.unfinished_stream()

@@ -80,14 +80,25 @@ def _httpx_error(exc: BaseException, request: httpx.Request) -> httpx.HTTPError:
 
 
 class _Body(httpx.AsyncByteStream):
+    """The response body, errors mapped. Reads aiohttp's stream itself when it can reach it,
+    whatever has arrived at each step (`iter_any`): one async generator per chunk instead of
+    the library's and a wrapper around it, and a chunk is one token of a streamed reply."""
+
     def __init__(self, inner: httpx.AsyncByteStream, request: httpx.Request) -> None:
         self._inner = inner
         self._request = request
+        # httpx-aiohttp keeps the aiohttp response here (not public API: without it, the
+        # library's own iterator is used, wrapped).
+        self._content = getattr(getattr(inner, "_aiohttp_response", None), "content", None)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self._inner:
-                yield chunk
+            if isinstance(self._content, aiohttp.StreamReader):
+                async for chunk in self._content.iter_any():
+                    yield chunk
+            else:
+                async for chunk in self._inner:
+                    yield chunk
         except _RAISED as exc:
             raise _httpx_error(exc, self._request) from exc
 

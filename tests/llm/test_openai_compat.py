@@ -399,3 +399,23 @@ def test_provider_is_cached_and_rebuilt_when_settings_change(fake_llm, settings)
     settings.LLM_MODEL = "other"
     second = get_provider()
     assert second is not first and second.model == "other"
+
+
+@pytest.mark.parametrize(
+    ("chunks", "lines"),
+    [
+        ([b"data: a\n\n"], ["data: a", ""]),
+        ([b"data: a\r\n\r\n"], ["data: a", ""]),
+        ([b"data: a\r", b"\ndata: b\r", b"\r"], ["data: a", "data: b", ""]),
+        ([b"da", b"ta: a", b"\n"], ["data: a"]),
+        # A multi-byte character split across chunks decodes whole.
+        (["data: é\n".encode()[:7], "data: é\n".encode()[7:]], ["data: é"]),
+        ([b"data: a\n", b"data: tail"], ["data: a", "data: tail"]),
+    ],
+)
+def test_sse_lines_split_on_every_line_ending(chunks, lines):
+    from chat.llm.openai_compat import _SSELines
+
+    splitter = _SSELines()
+    got = [line for chunk in chunks for line in splitter.feed(chunk)] + splitter.close()
+    assert got == lines
