@@ -27,7 +27,7 @@ migrate: install .env.local
 run: migrate
 	$(PY) manage.py ensure_local_login --url http://$(HOST):$(PORT)/
 	$(PY) manage.py sweep_streaming
-	$(PY) -m daphne -b $(HOST) -p $(PORT) cadau.asgi:application
+	$(PY) -m cadau.serve -b $(HOST) -p $(PORT) cadau.asgi:application
 
 test: install .env.local
 	$(PY) -m pytest $(PYTEST_ARGS)

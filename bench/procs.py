@@ -100,13 +100,15 @@ class ServerProcess:
         *,
         env: dict[str, str],
         log_path: Path,
-        server: Literal["daphne", "uvicorn"] = "daphne",
+        server: Literal["daphne", "daphne-asyncio", "uvicorn"] = "daphne",
         port: int | None = None,
     ) -> ServerProcess:
-        """The real ASGI app, as `make run` serves it (Daphne) or under uvicorn."""
+        """The real ASGI app, as `make run` serves it (Daphne on uvloop, cadau/serve.py), as
+        plain `python -m daphne` serves it (asyncio's own loop), or under uvicorn."""
         port = port or free_port()
-        if server == "daphne":
-            argv = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), APP]
+        if server in ("daphne", "daphne-asyncio"):
+            module = "cadau.serve" if server == "daphne" else "daphne"
+            argv = [sys.executable, "-m", module, "-b", "127.0.0.1", "-p", str(port), APP]
         else:
             argv = [sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1"]
             argv += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
@@ -120,7 +122,7 @@ class ServerProcess:
         processes")."""
         fd = listener.fileno()
         port = int(listener.getsockname()[1])
-        argv = [sys.executable, "-m", "daphne", "--fd", str(fd), APP]
+        argv = [sys.executable, "-m", "cadau.serve", "--fd", str(fd), APP]
         return cls(argv=argv, port=port, env=env, log_path=log_path, pass_fds=(fd,))
 
     @classmethod
