@@ -15,6 +15,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from chat.consumers import SERVER_SEND  # noqa: E402
 from chat.llm.transport import mark_loop_long_lived  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 
@@ -32,4 +33,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # The loop serving requests lives as long as the process: the LLM client may keep a pooled
     # aiohttp session on it (chat/llm/transport.py says why only there).
     mark_loop_long_lived(asyncio.get_running_loop())
+    if scope["type"] == "websocket":
+        # The server's own send, past the middlewares' wrappers (ChatConsumer.connect says why).
+        scope = {**scope, SERVER_SEND: send}
     await router(scope, receive, send)

@@ -81,6 +81,10 @@ from chat.services.realtime import (
 
 logger = logging.getLogger("chat.consumers")
 
+# Scope key under which cadau/asgi.py passes the server's own ASGI `send` (an extension key:
+# the middlewares copy scopes whole, so it reaches the consumer).
+SERVER_SEND = "cadau.server_send"
+
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 # The client reads slower than its events arrive (chat.services.events.OUTBOX_LIMIT behind).
@@ -97,6 +101,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         self.group = ""
+        # Session events (a frame per streamed token) go to the server's own ASGI send when
+        # cadau/asgi.py passed it on, else to ours: send_json -> send -> AsyncConsumer.send ->
+        # the session middleware's send add four awaits and a lazy session lookup per frame,
+        # and none of them acts on `websocket.send` (the session is saved only with an HTTP
+        # response). Everything else (accept, close, errors) keeps the regular path.
+        self._send_frame = self.scope.get(SERVER_SEND) or self.base_send
         self._pending_send: asyncio.Task[None] | None = None
         self._open = False
         self._local: LocalSocket | None = None
@@ -247,9 +257,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             event = trimmed
         elif kind == "done":
             self._held.pop(event.get("message", {}).get("id"), None)
-        # Straight to the ASGI send: send_json -> send -> AsyncConsumer.send are three awaits
-        # that add nothing, on the path every token of every socket takes.
-        await self.base_send({"type": "websocket.send", "text": orjson.dumps(event).decode()})
+        await self._send_frame({"type": "websocket.send", "text": orjson.dumps(event).decode()})
 
     def _unseen(self, event: dict[str, Any]) -> dict[str, Any] | None:
         message_id, offset, text = event.get("message_id"), event.get("offset"), event["text"]

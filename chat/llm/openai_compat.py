@@ -598,7 +598,9 @@ class OpenAICompatProvider:
             return client
 
     def _stream_headers(self) -> dict[str, str]:
-        return {**self._headers, "Accept": "text/event-stream"}
+        # identity: a token is a few bytes; compressing each chunk saves nothing, and an
+        # uncompressed body is read as is (astream_chat).
+        return {**self._headers, "Accept": "text/event-stream", "Accept-Encoding": "identity"}
 
     # --- non-streaming -------------------------------------------------------------------
 
@@ -796,7 +798,15 @@ class OpenAICompatProvider:
                             yield event
                         return
                     lines = _SSELines()
-                    async for chunk in response.aiter_bytes():
+                    # Raw bytes unless the server compressed anyway: one generator less than
+                    # aiter_bytes, per chunk (a chunk is a token).
+                    encoding = response.headers.get("content-encoding", "identity")
+                    chunks = (
+                        response.aiter_raw()
+                        if encoding.strip().lower() in ("", "identity")
+                        else response.aiter_bytes()
+                    )
+                    async for chunk in chunks:
                         for event in state.deltas(lines.feed(chunk)):
                             yield event
                         if state.done:

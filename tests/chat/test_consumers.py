@@ -651,3 +651,24 @@ async def test_cancel_in_a_later_tool_round_finishes_the_row_being_written(
     assert rows[1].tool_calls and rows[1].status == MessageStatus.COMPLETE
     await ws.disconnect()
     await _settle()
+
+
+async def test_the_asgi_app_hands_websockets_the_servers_own_send(monkeypatch):
+    """Session events skip the middlewares' send wrappers (ChatConsumer.connect): the ASGI
+    entry point passes the server's send on in the scope, for WebSockets only."""
+    import cadau.asgi
+    from chat.consumers import SERVER_SEND
+
+    seen: list[dict] = []
+
+    async def router(scope, receive, send):
+        seen.append(scope)
+
+    async def server_send(message):
+        pass
+
+    monkeypatch.setattr(cadau.asgi, "router", router)
+    await cadau.asgi.application({"type": "websocket", "path": "/ws/"}, None, server_send)
+    await cadau.asgi.application({"type": "http", "path": "/"}, None, server_send)
+    assert seen[0][SERVER_SEND] is server_send
+    assert SERVER_SEND not in seen[1]
