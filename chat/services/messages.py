@@ -284,6 +284,29 @@ def reply_finish(
     return message
 
 
+def reply_complete(
+    *, message: ChatMessage, content: str, metadata: dict[str, Any]
+) -> ChatMessage | None:
+    """The final write of a reply that ran to its end, from the row as this process holds it
+    since `turn_start`: one UPDATE guarded by `status = streaming` instead of reply_finish's
+    transaction, locked read and write (at the end of 200 replies at once, each query is GIL
+    time the other replies' last tokens wait for, bench/realtime.py). Only the generation
+    writes a streaming row's metadata, so merging into the copy held here loses nothing.
+    Returns None, writing nothing, when the row is no longer streaming (swept or cancelled
+    meanwhile): the caller then uses reply_finish."""
+    now = timezone.now()
+    merged = {**message.metadata, **metadata}
+    written = ChatMessage.objects.filter(pk=message.pk, status=MessageStatus.STREAMING).update(
+        content=content, status=MessageStatus.COMPLETE, metadata=merged, updated_at=now
+    )
+    if not written:
+        return None
+    ChatSession.objects.filter(pk=message.session_id).update(last_activity_at=now)
+    message.content, message.status, message.metadata = content, MessageStatus.COMPLETE, merged
+    message.updated_at = now
+    return message
+
+
 def tool_message_create(
     *, session_id: int, role: str, content: str, tool_calls: Any = None, tool_call_id: str = ""
 ) -> ChatMessage:

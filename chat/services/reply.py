@@ -28,6 +28,7 @@ from chat.services.events import event_publish_now
 from chat.services.messages import (
     TurnStart,
     message_payload,
+    reply_complete,
     reply_finish,
     reply_progress,
     reply_progress_many,
@@ -233,9 +234,11 @@ async def _generate(
             return await _fail(session_id, emit, rounds.message_id, "", "llm_error", str(exc))
 
     text, finish = outcome.text, outcome.finish
+    held = turn.assistant_message if turn is not None else None
     message, budget, after = await in_worker(_finish_complete)(
         session_id=session_id,
         message_id=outcome.message_id,
+        held=held if held is not None and held.pk == outcome.message_id else None,
         content=text,
         status=MessageStatus.COMPLETE,
         metadata={
@@ -315,11 +318,24 @@ def _finish_with_budget(
 
 
 def _finish_complete(
-    *, session_id: int, message_id: int, content: str, status: str, metadata: dict[str, Any]
+    *,
+    session_id: int,
+    message_id: int,
+    held: ChatMessage | None,
+    content: str,
+    status: str,
+    metadata: dict[str, Any],
 ) -> tuple[ChatMessage, dict[str, Any], ctx.ContextState]:
     """`_finish_with_budget`, also returning the context as it stands after the reply (the
-    budget is computed from it): `_after_reply` decides on compaction from the same read."""
-    message = reply_finish(message_id=message_id, content=content, status=status, metadata=metadata)
+    budget is computed from it): `_after_reply` decides on compaction from the same read.
+    `held`: the reply row as turn_start stored it, when this reply is still that row."""
+    message = None
+    if held is not None and status == MessageStatus.COMPLETE:
+        message = reply_complete(message=held, content=content, metadata=metadata)
+    if message is None:
+        message = reply_finish(
+            message_id=message_id, content=content, status=status, metadata=metadata
+        )
     session = ChatSession.objects.select_related("agent").get(pk=session_id)
     state = ctx.context_state_read(session=session)
     return message, ctx.context_budget_of(state=state), state

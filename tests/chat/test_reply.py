@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from chat.models import MessageStatus
+from chat.models import ChatMessage, MessageStatus
 from chat.services import reply
 from chat.services.context import context_budget_read
-from chat.services.messages import turn_start
+from chat.services.messages import reply_complete, turn_start
 from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
 
 
@@ -45,23 +45,24 @@ def test_prepare_without_the_turn_reads_it(session, django_assert_num_queries):
     assert prepared.payload.messages[-1] == {"role": "user", "content": "hello"}
 
 
-def test_finish_and_after_reply_read_the_session_once(
-    session, django_assert_num_queries, django_assert_max_num_queries
-):
+def test_finish_and_after_reply_read_the_session_once(session, django_assert_num_queries):
     started = turn_start(session=session, content="hello", client_id=None)
     assert started.assistant_message is not None
-    message_id = started.assistant_message.pk
-    # The final write (lock, update, session touch) and one fresh read of session and tail.
-    with django_assert_max_num_queries(7):
+    # One guarded UPDATE of the held row, the session's activity stamp, and one fresh read of
+    # session and tail for the budget.
+    with django_assert_num_queries(4):
         message, budget, after = reply._finish_complete(
             session_id=session.pk,
-            message_id=message_id,
+            message_id=started.assistant_message.pk,
+            held=started.assistant_message,
             content="the answer",
             status=MessageStatus.COMPLETE,
             metadata={"rounds": 1},
         )
-    assert message.status == MessageStatus.COMPLETE and message.content == "the answer"
-    assert message.metadata["reply_to"] == started.user_message.pk
+    stored = ChatMessage.objects.get(pk=message.pk)
+    assert stored.status == MessageStatus.COMPLETE and stored.content == "the answer"
+    assert stored.metadata == {"reply_to": started.user_message.pk, "rounds": 1}
+    assert message.metadata == stored.metadata
     # The budget counts the reply just stored.
     assert after.tail[-1].content == "the answer"
     assert budget == context_budget_read(session_id=session.pk)
@@ -70,3 +71,28 @@ def test_finish_and_after_reply_read_the_session_once(
         reply._after_reply(
             after=after, user_message=started.user_message, assistant=message, query_runes=5
         )
+
+
+def test_a_held_row_that_stopped_streaming_is_finished_the_long_way(session):
+    """Swept as stale meanwhile (say): the guarded write changes nothing, reply_finish stores
+    the reply, and the metadata the sweep added is kept."""
+    started = turn_start(session=session, content="hello", client_id=None)
+    held = started.assistant_message
+    assert held is not None
+    ChatMessage.objects.filter(pk=held.pk).update(
+        status=MessageStatus.FAILED, metadata={"reply_to": started.user_message.pk, "swept": 1}
+    )
+    assert reply_complete(message=held, content="x", metadata={}) is None
+    assert ChatMessage.objects.get(pk=held.pk).status == MessageStatus.FAILED
+    message, _, _ = reply._finish_complete(
+        session_id=session.pk,
+        message_id=held.pk,
+        held=held,
+        content="the answer",
+        status=MessageStatus.COMPLETE,
+        metadata={"rounds": 1},
+    )
+    stored = ChatMessage.objects.get(pk=held.pk)
+    assert stored.status == MessageStatus.COMPLETE and stored.content == "the answer"
+    assert stored.metadata["swept"] == 1 and stored.metadata["rounds"] == 1
+    assert message.pk == held.pk
