@@ -42,17 +42,25 @@ TARGET_P99_1_MS = 5.0
 # What the figures mean and what was done about them; kept with the code that measures them.
 ANALYSIS: list[str] = [
     "Where the time goes: 200 replies at one token per 20 ms are 10,000 upstream SSE chunks "
-    "and 10,000 WebSocket frames a second, plus 200 sends' database work arriving at once. "
-    "All of it is Python, on one event loop per server process, on 2 cores that also run the "
-    "client, the fake model, PostgreSQL and Redis. The 1-client rows show the cost of a token "
-    "itself is about a millisecond; under load the latency is queueing. Two kinds of it: "
-    "while all sockets stream (the *all streaming* column) a token waits behind the other "
-    "streams' tokens; in the first seconds it also waits behind 200 sends' database work "
-    "(ORM code holding the GIL in worker threads), which is what the whole-run p95 and p99 "
-    "add. The spread between runs is wide: over about ten runs on this machine, two "
-    "processes gave 45-70 ms over the whole run and 18-50 ms while all streamed; one process "
-    "107-190 ms and 32-98 ms. uvicorn (websockets on uvloop) does the same work with less "
-    "CPU per frame than Daphne (Twisted + autobahn).",
+    "and up to 10,000 WebSocket frames a second, plus 200 sends' database work arriving at "
+    "once and 200 final writes a few seconds later. All of it is Python, on one event loop "
+    "per server process, on 2 cores that also run the client, the fake model, PostgreSQL and "
+    "Redis. The 1-client rows show the cost of a token itself is about a millisecond; under "
+    "load the latency is queueing. A timeline of single runs (tokens bucketed by half "
+    "second) shows where: mid-run, with all 200 streaming and no database work, the bucket "
+    "p95 is 6-15 ms on a good minute; the slow tokens sit in the first second (200 sends' "
+    "ORM work) and the last (200 finishes), where worker threads running ORM code hold the "
+    "GIL the event loop needs for every token. A thread that gives the GIL up for a system "
+    "call waits up to the 5 ms switch interval to get it back while another thread computes, "
+    "and the loop makes many such calls per iteration. Tried and measured without a clear "
+    "gain: a 0.5-1 ms switch interval, and one worker thread for all of a turn's database "
+    "work instead of the pool.",
+    "",
+    "The spread between runs is the machine's: the same code gives a bucket p95 of 7 ms in "
+    "one minute and 90 ms in the next, and a pure-Python loop timed between runs varies by up "
+    "to 50% (CPU shared with other tenants). Hence several runs per server and the median. "
+    "On the previous session's machine the same benchmark ran about twice as fast (uvicorn "
+    "p95 40 ms there, 105 ms here the same day, before this session's changes).",
     "",
     "Fixes found with this benchmark and py-spy, in order (p95, 200 sockets, one process "
     "unless said): forwarded events skip Channels' per-message `close_old_connections` hop "
@@ -63,9 +71,16 @@ ANALYSIS: list[str] = [
     "process's sockets straight into their outbox instead of through the channel layer, and "
     "deltas cross Redis only while another process watches the session "
     "(chat/services/events.py); a send's database work takes 4 trips instead of 10, on "
-    "persistent connections, in the thread pool rather than queued behind one thread "
-    "(19 -> ~6 ms per send on SQLite); frames are encoded with orjson; the fake model writes "
-    "all streams from one pacer thread instead of 200 sleeping ones (~45% of a core before).",
+    "persistent connections, in the thread pool rather than queued behind one thread; frames "
+    "are encoded with orjson; the fake model writes all streams from one pacer thread "
+    "instead of 200 sleeping ones (~45% of a core before). This session: a send reuses the "
+    "rows it stored and a finish writes the held row once (21 -> 14 queries per reply, ~9.6 "
+    "-> ~6 ms of ORM CPU on SQLite); tokens go from the stream reader straight into the "
+    "sockets' outboxes and a socket sends its whole backlog as one merged delta (one task "
+    "switch and many frames less under load); SSE lines are split from the raw bytes and "
+    "parsed with orjson (three async generators less per chunk); frames go to the server's "
+    "own ASGI send; and Daphne's reactor runs on uvloop (`python -m cadau.serve`), which "
+    "took the mid-run p95 from ~50 ms to under 15 ms on a good minute.",
 ]
 TARGET_P95_N_MS = 50.0
 
