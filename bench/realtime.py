@@ -46,11 +46,12 @@ ANALYSIS: list[str] = [
     "once and 200 final writes a few seconds later. All of it is Python, on one event loop "
     "per server process, on 2 cores that also run the client, the fake model, PostgreSQL and "
     "Redis. The 1-client rows show the cost of a token itself is about a millisecond; under "
-    "load the latency is queueing. A timeline of single runs (tokens bucketed by half "
-    "second) shows where: mid-run, with all 200 streaming and no database work, the bucket "
-    "p95 is 6-15 ms on a good minute; the slow tokens sit in the first second (200 sends' "
-    "ORM work) and the last (200 finishes), where worker threads running ORM code hold the "
-    "GIL the event loop needs for every token. A thread that gives the GIL up for a system "
+    "load the latency is queueing. The ramp-up and ramp-down columns show where: with all "
+    "200 streaming and no database work in flight, tokens bucketed by half second have a "
+    "p95 of 5-40 ms on a good minute; the slow tokens sit in the ramp-up (200 sends' ORM "
+    "work) and the ramp-down (200 final writes, and 200 sockets closing), where worker "
+    "threads running ORM code hold the GIL the event loop needs for every token. A thread "
+    "that gives the GIL up for a system "
     "call waits up to the 5 ms switch interval to get it back while another thread computes, "
     "and the loop makes many such calls per iteration. Tried and measured without a clear "
     "gain: a 0.5-1 ms switch interval, and one worker thread for all of a turn's database "
@@ -79,8 +80,10 @@ ANALYSIS: list[str] = [
     "sockets' outboxes and a socket sends its whole backlog as one merged delta (one task "
     "switch and many frames less under load); SSE lines are split from the raw bytes and "
     "parsed with orjson (three async generators less per chunk); frames go to the server's "
-    "own ASGI send; and Daphne's reactor runs on uvloop (`python -m cadau.serve`), which "
-    "took the mid-run p95 from ~50 ms to under 15 ms on a good minute.",
+    "own ASGI send; and Daphne's reactor runs on uvloop (`python -m cadau.serve`): with all "
+    "200 streaming and no database work in flight, half-second buckets stayed at a p95 of "
+    "5-40 ms where asyncio's loop saturated at 60-130 ms (four runs each, same hour); over "
+    "whole runs the ramps dominate and the two measure alike.",
 ]
 TARGET_P95_N_MS = 50.0
 
@@ -332,6 +335,18 @@ def _all_streaming(result: RunResult) -> list[float]:
     ]
 
 
+def _phases(result: RunResult) -> tuple[list[float], list[float]]:
+    """Latencies of the deltas received before every reply had started (the sends' database
+    work still running) and after the first one ended (the final writes running): the two
+    ends of a run that `_all_streaming` leaves out."""
+    if not result.streams or len(result.streams) < result.clients:
+        return [], []
+    start = max(first for first, _ in result.streams)
+    end = min(done for _, done in result.streams)
+    pairs = list(zip(result.received_at, result.latencies_ms, strict=True))
+    return [lat for at, lat in pairs if at < start], [lat for at, lat in pairs if at > end]
+
+
 def _peak_streams(streams: list[tuple[float, float]]) -> tuple[int, float]:
     """Most replies streaming at the same moment, and for how long (s) that many did."""
     edges = sorted([(a, 1) for a, _ in streams] + [(b, -1) for _, b in streams])
@@ -568,7 +583,9 @@ def _report(
         f"{args.rt_repeats} such runs per server, one after another on the same sockets "
         "(the machine's speed varies from minute to minute, so one run is not a figure). "
         "*All streaming*: only the deltas received while every socket was streaming (after the "
-        "last reply started, before the first ended). *First delta*: send to first delta, as "
+        "last reply started, before the first ended); *ramp-up* and *ramp-down*: the deltas "
+        "before and after that window, while the sends' and the final writes' database work "
+        "runs. *First delta*: send to first delta, as "
         "the client sees it. RSS: the server processes summed, idle with all sockets open and "
         "peak while streaming (sampled every 100 ms). The client, the fake server, PostgreSQL "
         "and Redis run on the same 2 cores as the server, so their CPU is part of the figures. "
@@ -576,10 +593,10 @@ def _report(
         "work on the machine shows here).",
         "",
         "| server | clients | run | tokens | p50 ms | p95 ms | p99 ms | max ms | all "
-        "streaming: tokens, p95 ms | replies ok | streaming at once (for s) | first delta p95 "
-        "ms | wall s | RSS idle MB | RSS peak MB |",
+        "streaming: tokens, p95 ms | ramp-up, ramp-down: tokens, p95 ms | replies ok | "
+        "streaming at once (for s) | first delta p95 ms | wall s | RSS idle MB | RSS peak MB |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
-        "---: | ---: | ---: |",
+        "---: | ---: | ---: | ---: |",
     ]
     for label, (one, many) in rows.items():
         runs = [(one, "-")] + [(r, f"{i + 1}/{len(many)}") for i, r in enumerate(many)]
@@ -588,10 +605,16 @@ def _report(
             peak, held = _peak_streams(result.streams)
             steady = _all_streaming(result) if result.clients > 1 else []
             steady_cell = f"{len(steady):,}, {_ms(_pct(steady, 95))}" if steady else "-"
+            up, down = _phases(result) if result.clients > 1 else ([], [])
+            ends_cell = (
+                f"{len(up):,}, {_ms(_pct(up, 95))}; {len(down):,}, {_ms(_pct(down, 95))}"
+                if up or down
+                else "-"
+            )
             lines.append(
                 f"| {label} | {result.clients} | {run} | {len(lat):,} | {_ms(_pct(lat, 50))} | "
                 f"{_ms(_pct(lat, 95))} | {_ms(_pct(lat, 99))} | "
-                f"{_ms(max(lat) if lat else float('nan'))} | {steady_cell} | "
+                f"{_ms(max(lat) if lat else float('nan'))} | {steady_cell} | {ends_cell} | "
                 f"{result.replies - result.failed}/{result.expected} | "
                 f"{peak} ({held:.1f}) | {_ms(_pct(result.first_delta_ms, 95))} | "
                 f"{result.wall_s:.1f} | {result.rss_idle_mb:.0f} | {result.rss_peak_mb:.0f} |"
