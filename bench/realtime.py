@@ -132,7 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--rt-repeats",
         type=int,
-        default=3,
+        default=5,
         help="runs of the N-client load per server (the machine's speed varies run to run)",
     )
     group.add_argument(
@@ -457,75 +457,107 @@ def run(*, args: argparse.Namespace, command: str) -> str:
     )
     rows: dict[str, tuple[RunResult, list[RunResult]]] = {}
     load_before = os.getloadavg()
+    started: list[_Started] = []
     try:
         fake.wait_ready(path="/v1/models")
+        # Every server up at once (idle ones cost nothing), then the N-client runs taken in
+        # turns, forward and back: the machine's speed drifts over minutes, and one server's
+        # runs all in one stretch would compare stretches, not servers.
         for setup in setups:
-            rows[setup.label] = _run_setup(args=args, setup=setup)
+            started.append(_start(args=args, setup=setup))
+        ones: dict[str, RunResult] = {}
+        many: dict[str, list[RunResult]] = {setup.label: [] for setup in setups}
+        for one in started:
+            _log(f"realtime: {one.setup.label}, 1 client x {args.rt_turns} turns")
+            ones[one.setup.label] = _client_run(
+                _run_clients(
+                    port=one.port,
+                    pids=one.pids,
+                    sessions=one.sessions[:1],
+                    cookie=one.cookie,
+                    turns=args.rt_turns,
+                )
+            )
+        for run in range(max(1, args.rt_repeats)):
+            for one in started if run % 2 == 0 else started[::-1]:
+                _log(f"realtime: {one.setup.label}, {args.rt_clients} clients, run {run + 1}")
+                many[one.setup.label].append(
+                    _client_run(
+                        _run_clients(
+                            port=one.port,
+                            pids=one.pids,
+                            sessions=one.sessions[1:],
+                            cookie=one.cookie,
+                            turns=1,
+                        )
+                    )
+                )
+        rows = {setup.label: (ones[setup.label], many[setup.label]) for setup in setups}
     finally:
+        for one in started:
+            one.stop()
         fake.stop()
     load = (load_before[0], os.getloadavg()[0])
     return _report(args=args, command=command, rows=rows, db_label=db_label, load=load, notes=notes)
 
 
-def _run_setup(*, args: argparse.Namespace, setup: Setup) -> tuple[RunResult, list[RunResult]]:
+@dataclass(kw_only=True)
+class _Started:
+    """One setup's servers, running, and the sessions its clients use."""
+
+    setup: Setup
+    servers: list[ServerProcess]
+    listeners: list[socket.socket]
+    sessions: list[int]
+    cookie: str
+
+    @property
+    def port(self) -> int:
+        return self.servers[0].port
+
+    @property
+    def pids(self) -> list[int]:
+        return [server.proc.pid for server in self.servers]
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+        for listener in self.listeners:
+            listener.close()
+
+
+def _start(*, args: argparse.Namespace, setup: Setup) -> _Started:
     ids = json.loads(
         _manage(setup.env, "-c", _SETUP, str(args.rt_clients + 1)).strip().splitlines()[-1]
     )
     slug = setup.kind if setup.processes == 1 else f"{setup.kind}-x{setup.processes}"
-    servers: list[ServerProcess] = []
-    listeners: list[socket.socket] = []
+    started = _Started(
+        setup=setup, servers=[], listeners=[], sessions=ids["sessions"], cookie=ids["cookie"]
+    )
     try:
         if setup.processes == 1:
-            servers.append(
+            started.servers.append(
                 ServerProcess.app(
                     env=setup.env, log_path=CACHE / f"realtime-{slug}.log", server=setup.kind
                 )
             )
         else:
             # One port, a socket per process (SO_REUSEPORT: the kernel spreads the clients).
-            listeners = listening_sockets(setup.processes)
-            for i, listener in enumerate(listeners):
-                servers.append(
+            started.listeners = listening_sockets(setup.processes)
+            for i, listener in enumerate(started.listeners):
+                started.servers.append(
                     ServerProcess.daphne_on_socket(
                         env=setup.env,
                         log_path=CACHE / f"realtime-{slug}-{i}.log",
                         listener=listener,
                     )
                 )
-        for server in servers:
+        for server in started.servers:
             server.wait_ready()
-        port = servers[0].port
-        pids = [server.proc.pid for server in servers]
-        _log(f"realtime: {setup.label}, 1 client x {args.rt_turns} turns")
-        one = _client_run(
-            _run_clients(
-                port=port,
-                pids=pids,
-                sessions=ids["sessions"][:1],
-                cookie=ids["cookie"],
-                turns=args.rt_turns,
-            )
-        )
-        many: list[RunResult] = []
-        for run in range(max(1, args.rt_repeats)):
-            _log(f"realtime: {setup.label}, {args.rt_clients} clients, run {run + 1}")
-            many.append(
-                _client_run(
-                    _run_clients(
-                        port=port,
-                        pids=pids,
-                        sessions=ids["sessions"][1:],
-                        cookie=ids["cookie"],
-                        turns=1,
-                    )
-                )
-            )
-        return one, many
-    finally:
-        for server in servers:
-            server.stop()
-        for listener in listeners:
-            listener.close()
+    except BaseException:
+        started.stop()
+        raise
+    return started
 
 
 def _verdict(values: list[float]) -> str:
@@ -580,8 +612,9 @@ def _report(
         f"{args.rt_turns} turns back to back on one socket. {n} clients: {n} sockets, each on "
         "its own session, all connected first, then all send at once (one turn each); every "
         "delta of every reply counts, the burst of sends and final writes included; "
-        f"{args.rt_repeats} such runs per server, one after another on the same sockets "
-        "(the machine's speed varies from minute to minute, so one run is not a figure). "
+        f"{args.rt_repeats} such runs per server, the servers taking turns (all run side by "
+        "side, idle but for the one under load), because the machine's speed drifts from "
+        "minute to minute and one run is not a figure. "
         "*All streaming*: only the deltas received while every socket was streaming (after the "
         "last reply started, before the first ended); *ramp-up* and *ramp-down*: the deltas "
         "before and after that window, while the sends' and the final writes' database work "
