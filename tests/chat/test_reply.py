@@ -23,24 +23,19 @@ def session(owner):
     return session
 
 
-def test_prepare_reuses_the_rows_turn_start_stored(session, django_assert_num_queries):
+# With the turn: one query, the verbatim tail (session, agent and user message come from
+# turn_start). Without it (REST regenerate), the reply row and the user message are read too.
+@pytest.mark.parametrize(("pass_turn", "queries"), [(True, 1), (False, 3)])
+def test_prepare_reuses_the_rows_turn_start_stored(
+    session, django_assert_num_queries, pass_turn, queries
+):
     started = turn_start(session=session, content="hello", client_id=None)
     assert started.assistant_message is not None
-    # One query: the verbatim tail. Session, agent and user message come from turn_start.
-    with django_assert_num_queries(1):
-        prepared = reply._prepare(started.assistant_message.pk, session.pk, "hello", started)
+    turn = started if pass_turn else None
+    with django_assert_num_queries(queries):
+        prepared = reply._prepare(started.assistant_message.pk, session.pk, "hello", turn)
     assert prepared.user_message == started.user_message
     assert prepared.session.agent == session.agent
-    assert prepared.payload is not None
-    assert prepared.payload.messages[-1] == {"role": "user", "content": "hello"}
-
-
-def test_prepare_without_the_turn_reads_it(session, django_assert_num_queries):
-    started = turn_start(session=session, content="hello", client_id=None)
-    assert started.assistant_message is not None
-    with django_assert_num_queries(3):
-        prepared = reply._prepare(started.assistant_message.pk, session.pk, "hello", None)
-    assert prepared.user_message == started.user_message
     assert prepared.payload is not None
     assert prepared.payload.messages[-1] == {"role": "user", "content": "hello"}
 
