@@ -672,3 +672,28 @@ async def test_the_asgi_app_hands_websockets_the_servers_own_send(monkeypatch):
     await cadau.asgi.application({"type": "http", "path": "/"}, None, server_send)
     assert seen[0][SERVER_SEND] is server_send
     assert SERVER_SEND not in seen[1]
+
+
+async def test_client_frames_and_disconnects_skip_the_connection_hygiene_hop(
+    session, owner_cookie, monkeypatch
+):
+    """Channels hops to its one sync thread to close old connections before every handler;
+    this consumer's ORM work does that itself, so only the connect keeps the hop (sends and
+    closes arrive 200 at a time in the benchmark)."""
+    import channels.consumer
+    import channels.generic.websocket
+
+    hops: list[str] = []
+
+    async def counted() -> None:
+        hops.append("hop")
+
+    monkeypatch.setattr(channels.consumer, "aclose_old_connections", counted)
+    monkeypatch.setattr(channels.generic.websocket, "aclose_old_connections", counted)
+    ws = await _open(session.pk, owner_cookie)
+    assert hops == ["hop"]  # the connect
+    await ws.send_to(text_data="not json")
+    assert (await ws.receive_json_from(timeout=TIMEOUT))["code"] == "bad_request"
+    await ws.disconnect()
+    assert hops == ["hop"]
+    assert session.pk not in events._local
