@@ -31,7 +31,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast, get_args
 
 from bench.procs import ServerProcess, free_port, listening_sockets
 
@@ -88,12 +88,8 @@ ANALYSIS: list[str] = [
 TARGET_P95_N_MS = 50.0
 
 Kind = Literal["daphne", "daphne-asyncio", "uvicorn"]
-# --rt-servers name -> how the server is started (bench/procs.py, ServerProcess.app)
-KINDS: dict[str, Kind] = {
-    "daphne": "daphne",
-    "daphne-asyncio": "daphne-asyncio",
-    "uvicorn": "uvicorn",
-}
+# The --rt-servers names: how each is started is in bench/procs.py, ServerProcess.app.
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 _SETUP = """
 import json, os, sys
@@ -321,30 +317,23 @@ async def _run_clients(
     return result
 
 
+def _phases(result: RunResult) -> tuple[list[float], list[float], list[float]]:
+    """Latencies of the deltas received before every reply had started (ramp-up: the sends'
+    database work still running), while every socket was streaming (after the last reply
+    started and before the first one ended, so no send, no final write is in the way), and
+    after the first one ended (ramp-down: the final writes running)."""
+    if not result.streams or len(result.streams) < result.clients:
+        return [], [], []
+    start = max(first for first, _ in result.streams)
+    end = min(done for _, done in result.streams)
+    phases: tuple[list[float], list[float], list[float]] = ([], [], [])
+    for at, lat in zip(result.received_at, result.latencies_ms, strict=True):
+        phases[0 if at < start else 2 if at > end else 1].append(lat)
+    return phases
+
+
 def _all_streaming(result: RunResult) -> list[float]:
-    """Latencies of the deltas received while every socket was streaming: after the last reply
-    started and before the first one ended, so no send, no final write is in the way."""
-    if not result.streams or len(result.streams) < result.clients:
-        return []
-    start = max(first for first, _ in result.streams)
-    end = min(done for _, done in result.streams)
-    return [
-        lat
-        for at, lat in zip(result.received_at, result.latencies_ms, strict=True)
-        if start <= at <= end
-    ]
-
-
-def _phases(result: RunResult) -> tuple[list[float], list[float]]:
-    """Latencies of the deltas received before every reply had started (the sends' database
-    work still running) and after the first one ended (the final writes running): the two
-    ends of a run that `_all_streaming` leaves out."""
-    if not result.streams or len(result.streams) < result.clients:
-        return [], []
-    start = max(first for first, _ in result.streams)
-    end = min(done for _, done in result.streams)
-    pairs = list(zip(result.received_at, result.latencies_ms, strict=True))
-    return [lat for at, lat in pairs if at < start], [lat for at, lat in pairs if at > end]
+    return _phases(result)[1]
 
 
 def _peak_streams(streams: list[tuple[float, float]]) -> tuple[int, float]:
@@ -432,7 +421,7 @@ def run(*, args: argparse.Namespace, command: str) -> str:
     setups: list[Setup] = []
     notes: list[str] = []
     for name in servers:
-        kind = KINDS[name]
+        kind = cast(Kind, name)  # checked against KINDS above
         for n in counts if kind == "daphne" else [1]:
             if n == 1:
                 setups.append(Setup(label=kind, kind=kind, processes=1, env=env))
@@ -638,7 +627,7 @@ def _report(
             peak, held = _peak_streams(result.streams)
             steady = _all_streaming(result) if result.clients > 1 else []
             steady_cell = f"{len(steady):,}, {_ms(_pct(steady, 95))}" if steady else "-"
-            up, down = _phases(result) if result.clients > 1 else ([], [])
+            up, _, down = _phases(result) if result.clients > 1 else ([], [], [])
             ends_cell = (
                 f"{len(up):,}, {_ms(_pct(up, 95))}; {len(down):,}, {_ms(_pct(down, 95))}"
                 if up or down

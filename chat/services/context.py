@@ -916,11 +916,16 @@ def context_budget_for(*, session: ChatSession) -> dict[str, Any]:
     return context_budget_of(state=context_state_read(session=session))
 
 
-def context_budget_read(*, session_id: int) -> dict[str, Any]:
-    """`context_budget_for` the session as stored now: a fresh read, since a compaction may
+def context_state_fresh(*, session_id: int, query: str = "") -> ContextState:
+    """`context_state_read` of the session as stored now: a fresh read, since a compaction may
     have moved the summary since the caller last looked."""
     session = ChatSession.objects.select_related("agent").get(pk=session_id)
-    return context_budget_for(session=session)
+    return context_state_read(session=session, query=query)
+
+
+def context_budget_read(*, session_id: int) -> dict[str, Any]:
+    """`context_budget_for` the session as stored now (`context_state_fresh`)."""
+    return context_budget_of(state=context_state_fresh(session_id=session_id))
 
 
 def context_would_cross_threshold(*, session: ChatSession, next_message_runes: int) -> bool:

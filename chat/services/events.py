@@ -150,14 +150,10 @@ def local_socket_remove(socket: LocalSocket) -> None:
             _local.pop(socket.session_id, None)
 
 
-def _deliver_locally(session_id: int, event: Event) -> None:
-    for socket in _local.get(session_id, ()):
-        socket.push(event)
-
-
 def event_publish_local(*, session_id: int, event: Event) -> None:
     """To this process's sockets only, from the event loop or any thread."""
-    _deliver_locally(session_id, event)
+    for socket in _local.get(session_id, ()):
+        socket.push(event)
 
 
 def _envelope(event: Event) -> dict[str, Any]:
@@ -167,7 +163,7 @@ def _envelope(event: Event) -> dict[str, Any]:
 
 def event_publish_now(*, session_id: int, event: Event) -> None:
     """Publish from sync code. A broken channel layer must never fail a stored message."""
-    _deliver_locally(session_id, event)
+    event_publish_local(session_id=session_id, event=event)
     layer = get_channel_layer()
     if not layer_is_shared(layer):
         return
@@ -189,7 +185,7 @@ async def event_publish_async(
     """Publish from async code: to this process's sockets (`local`) and through the shared
     layer to the other processes' (`remote`)."""
     if local:
-        _deliver_locally(session_id, event)
+        event_publish_local(session_id=session_id, event=event)
     if not remote:
         return
     layer = get_channel_layer()

@@ -110,12 +110,13 @@ def _finish_cancelled(session_id: int, message_id: int) -> tuple[ChatMessage, di
     current = ChatMessage.objects.get(pk=message_id)
     if current.status != MessageStatus.STREAMING:
         return current, ctx.context_budget_read(session_id=session_id)
-    return _finish_with_budget(
+    message, budget, _ = _finish(
         session_id=session_id,
         message_id=message_id,
         content=current.content,
         status=MessageStatus.CANCELLED,
     )
+    return message, budget
 
 
 async def _done(
@@ -166,7 +167,7 @@ async def _generate(
         rows_read += roll.rows_read
         summary_calls += roll.llm_calls
         if roll.changed:
-            state = await in_worker(_state)(session_id, query)
+            state = await in_worker(ctx.context_state_fresh)(session_id=session_id, query=query)
             rows_read += state.rows_read
         try:
             payload = await in_worker(ctx.context_payload)(
@@ -234,11 +235,10 @@ async def _generate(
             return await _fail(session_id, emit, rounds.message_id, "", "llm_error", str(exc))
 
     text, finish = outcome.text, outcome.finish
-    held = turn.assistant_message if turn is not None else None
-    message, budget, after = await in_worker(_finish_complete)(
+    message, budget, after = await in_worker(_finish)(
         session_id=session_id,
         message_id=outcome.message_id,
-        held=held if held is not None and held.pk == outcome.message_id else None,
+        held=turn.assistant_message if turn is not None else None,
         content=text,
         status=MessageStatus.COMPLETE,
         metadata={
@@ -304,40 +304,27 @@ def _prepare(
     return prepared
 
 
-def _finish_with_budget(
+def _finish(
     *,
     session_id: int,
     message_id: int,
     content: str,
     status: str,
     metadata: dict[str, Any] | None = None,
-) -> tuple[ChatMessage, dict[str, Any]]:
-    """The final write and the `done` event's budget in one trip to a worker thread."""
-    message = reply_finish(message_id=message_id, content=content, status=status, metadata=metadata)
-    return message, ctx.context_budget_read(session_id=session_id)
-
-
-def _finish_complete(
-    *,
-    session_id: int,
-    message_id: int,
-    held: ChatMessage | None,
-    content: str,
-    status: str,
-    metadata: dict[str, Any],
+    held: ChatMessage | None = None,
 ) -> tuple[ChatMessage, dict[str, Any], ctx.ContextState]:
-    """`_finish_with_budget`, also returning the context as it stands after the reply (the
-    budget is computed from it): `_after_reply` decides on compaction from the same read.
-    `held`: the reply row as turn_start stored it, when this reply is still that row."""
+    """The final write and the `done` event's budget in one trip to a worker thread, with the
+    context the budget was computed from (`_after_reply` decides on compaction from it).
+    `held`: the reply row as turn_start stored it; a reply that completed in that row is
+    written with one guarded UPDATE (`reply_complete`)."""
     message = None
-    if held is not None and status == MessageStatus.COMPLETE:
-        message = reply_complete(message=held, content=content, metadata=metadata)
+    if held is not None and held.pk == message_id and status == MessageStatus.COMPLETE:
+        message = reply_complete(message=held, content=content, metadata=metadata or {})
     if message is None:
         message = reply_finish(
             message_id=message_id, content=content, status=status, metadata=metadata
         )
-    session = ChatSession.objects.select_related("agent").get(pk=session_id)
-    state = ctx.context_state_read(session=session)
+    state = ctx.context_state_fresh(session_id=session_id)
     return message, ctx.context_budget_of(state=state), state
 
 
@@ -384,11 +371,6 @@ def _run_turn_finished_hooks(
             hook(session=session, user_message=user_message, assistant_message=assistant)
         except Exception:
             logger.exception("chat_turn_finished_hook_failed session=%s", session.pk)
-
-
-def _state(session_id: int, query: str) -> ctx.ContextState:
-    session = ChatSession.objects.select_related("agent").get(pk=session_id)
-    return ctx.context_state_read(session=session, query=query)
 
 
 class _ProgressWriter:
@@ -599,7 +581,7 @@ async def _fail(
         code,
         error,
     )
-    message, budget = await in_worker(_finish_with_budget)(
+    message, budget, _ = await in_worker(_finish)(
         session_id=session_id,
         message_id=message_id,
         content=partial,

@@ -451,8 +451,9 @@ async def test_a_client_too_slow_for_its_events_is_closed_4408(session, owner_co
     monkeypatch.setattr(events, "OUTBOX_LIMIT", 5)
     ws = await _open(session.pk, owner_cookie)
     for i in range(10):  # queued without yielding: more than the socket could send meanwhile
-        events._deliver_locally(
-            session.pk, {"type": "delta", "message_id": 1, "text": "x", "offset": i}
+        events.event_publish_local(
+            session_id=session.pk,
+            event={"type": "delta", "message_id": 1, "text": "x", "offset": i},
         )
     closed = None
     while closed is None:

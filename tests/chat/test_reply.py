@@ -46,7 +46,7 @@ def test_finish_and_after_reply_read_the_session_once(session, django_assert_num
     # One guarded UPDATE of the held row, the session's activity stamp, and one fresh read of
     # session and tail for the budget.
     with django_assert_num_queries(4):
-        message, budget, after = reply._finish_complete(
+        message, budget, after = reply._finish(
             session_id=session.pk,
             message_id=started.assistant_message.pk,
             held=started.assistant_message,
@@ -79,7 +79,7 @@ def test_a_held_row_that_stopped_streaming_is_finished_the_long_way(session):
     )
     assert reply_complete(message=held, content="x", metadata={}) is None
     assert ChatMessage.objects.get(pk=held.pk).status == MessageStatus.FAILED
-    message, _, _ = reply._finish_complete(
+    message, _, _ = reply._finish(
         session_id=session.pk,
         message_id=held.pk,
         held=held,
