@@ -923,6 +923,33 @@ def context_state_fresh(*, session_id: int, query: str = "") -> ContextState:
     return context_state_read(session=session, query=query)
 
 
+def context_state_appended(*, state: ContextState, message: ChatMessage) -> ContextState | None:
+    """What `context_state_fresh` would return once `message`, the session's newest row, is
+    stored, worked out from `state` (read earlier in the same turn) without reading anything:
+    the `done` budget of 200 replies ending at once was two queries each, GIL time the other
+    replies' last tokens waited for (bench/realtime.py).
+
+    Exact only while nothing else moved the context since `state` was read: the caller knows
+    (reply_complete's guard on context_version and the agent). Here, it must also be certain
+    that a fresh read returns the same rows plus this one: `state`'s read reached the anchor
+    within its first page, and `message` was that read's newest row or newer (the reply row,
+    read while still streaming, is one of the rows counted). Else None: read fresh."""
+    if state.backlog or state.rows_read >= min(TAIL_PAGE, state.cfg.history_read_limit):
+        return None
+    tail = [m for m in state.tail if m.id != message.pk]
+    if tail and tail[-1].id > message.pk:
+        return None
+    return ContextState(
+        session=state.session,
+        cfg=state.cfg,
+        # As a fresh read builds it (no query): system-prompt hooks may show newer text now.
+        system_prompt=base_system_prompt(session=state.session),
+        tail=[*tail, *_for_model([message])],
+        backlog=False,
+        rows_read=0,
+    )
+
+
 def context_budget_read(*, session_id: int) -> dict[str, Any]:
     """`context_budget_for` the session as stored now (`context_state_fresh`)."""
     return context_budget_of(state=context_state_fresh(session_id=session_id))

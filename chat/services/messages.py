@@ -284,16 +284,26 @@ def reply_finish(
     return message
 
 
+@dataclass(slots=True)
+class ReplyCompleted:
+    message: ChatMessage
+    # The session row still has the context version and agent that `message.session` (as
+    # locked by turn_start) has: no compaction, rewind or agent edit since the turn started,
+    # so what was read from it then still holds (context_state_appended).
+    context_unchanged: bool
+
+
 def reply_complete(
     *, message: ChatMessage, content: str, metadata: dict[str, Any]
-) -> ChatMessage | None:
+) -> ReplyCompleted | None:
     """The final write of a reply that ran to its end, from the row as this process holds it
     since `turn_start`: one UPDATE guarded by `status = streaming` instead of reply_finish's
-    transaction, locked read and write (at the end of 200 replies at once, each query is GIL
-    time the other replies' last tokens wait for, bench/realtime.py). Only the generation
-    writes a streaming row's metadata, so merging into the copy held here loses nothing.
-    Returns None, writing nothing, when the row is no longer streaming (swept or cancelled
-    meanwhile): the caller then uses reply_finish."""
+    transaction, locked read and write, then the session's `last_activity_at`, guarded by its
+    context version and agent so the caller learns for free whether its context moved (at the
+    end of 200 replies at once, each query is GIL time the other replies' last tokens wait
+    for, bench/realtime.py). Only the generation writes a streaming row's metadata, so merging
+    into the copy held here loses nothing. Returns None, writing nothing, when the row is no
+    longer streaming (swept or cancelled meanwhile): the caller then uses reply_finish."""
     now = timezone.now()
     merged = {**message.metadata, **metadata}
     written = ChatMessage.objects.filter(pk=message.pk, status=MessageStatus.STREAMING).update(
@@ -301,10 +311,18 @@ def reply_complete(
     )
     if not written:
         return None
-    ChatSession.objects.filter(pk=message.session_id).update(last_activity_at=now)
+    session = message.session
+    same = ChatSession.objects.filter(pk=session.pk, context_version=session.context_version)
+    if session.agent is None:
+        same = same.filter(agent__isnull=True)
+    else:
+        same = same.filter(agent_id=session.agent.pk, agent__updated_at=session.agent.updated_at)
+    unchanged = same.update(last_activity_at=now) == 1
+    if not unchanged:
+        ChatSession.objects.filter(pk=session.pk).update(last_activity_at=now)
     message.content, message.status, message.metadata = content, MessageStatus.COMPLETE, merged
     message.updated_at = now
-    return message
+    return ReplyCompleted(message=message, context_unchanged=unchanged)
 
 
 def tool_message_create(

@@ -239,6 +239,8 @@ async def _generate(
         session_id=session_id,
         message_id=outcome.message_id,
         held=turn.assistant_message if turn is not None else None,
+        # A roll before the call re-read the session: not the one turn_start locked.
+        context=prepared.state if turn is not None and not prepared.roll_first else None,
         content=text,
         status=MessageStatus.COMPLETE,
         metadata={
@@ -312,14 +314,24 @@ def _finish(
     status: str,
     metadata: dict[str, Any] | None = None,
     held: ChatMessage | None = None,
+    context: ctx.ContextState | None = None,
 ) -> tuple[ChatMessage, dict[str, Any], ctx.ContextState]:
     """The final write and the `done` event's budget in one trip to a worker thread, with the
     context the budget was computed from (`_after_reply` decides on compaction from it).
-    `held`: the reply row as turn_start stored it; a reply that completed in that row is
-    written with one guarded UPDATE (`reply_complete`)."""
+    `held`: the reply row as turn_start stored it, and `context`: what this reply's payload was
+    built from, read from `held.session` (what reply_complete's guard compares). A reply that
+    completed in the held row is written with guarded UPDATEs (`reply_complete`), and when
+    they show that nothing moved the context meanwhile, its budget is `context` plus the
+    reply, with no read-back."""
     message = None
     if held is not None and held.pk == message_id and status == MessageStatus.COMPLETE:
-        message = reply_complete(message=held, content=content, metadata=metadata or {})
+        completed = reply_complete(message=held, content=content, metadata=metadata or {})
+        if completed is not None:
+            message = completed.message
+            if completed.context_unchanged and context is not None:
+                state = ctx.context_state_appended(state=context, message=message)
+                if state is not None:
+                    return message, ctx.context_budget_of(state=state), state
     if message is None:
         message = reply_finish(
             message_id=message_id, content=content, status=status, metadata=metadata
