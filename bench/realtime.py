@@ -45,23 +45,22 @@ ANALYSIS: list[str] = [
     "and up to 10,000 WebSocket frames a second, plus 200 sends' database work arriving at "
     "once and 200 final writes a few seconds later. All of it is Python, on one event loop "
     "per server process, on 2 cores that also run the client, the fake model, PostgreSQL and "
-    "Redis. The 1-client rows show the cost of a token itself is about a millisecond; under "
-    "load the latency is queueing. The ramp-up and ramp-down columns show where: with all "
-    "200 streaming and no database work in flight, tokens bucketed by half second have a "
-    "p95 of 5-40 ms on a good minute; the slow tokens sit in the ramp-up (200 sends' ORM "
-    "work) and the ramp-down (200 final writes, and 200 sockets closing), where worker "
-    "threads running ORM code hold the GIL the event loop needs for every token. A thread "
-    "that gives the GIL up for a system "
-    "call waits up to the 5 ms switch interval to get it back while another thread computes, "
-    "and the loop makes many such calls per iteration. Tried and measured without a clear "
-    "gain: a 0.5-1 ms switch interval, and one worker thread for all of a turn's database "
-    "work instead of the pool.",
+    "Redis. The 1-client rows show the cost of a token itself is well under a millisecond; "
+    "under load the latency is queueing. The ramp-up and ramp-down columns show where: while "
+    "all 200 stream and no database work is in flight, the p95 stays at a few milliseconds; "
+    "the slow tokens sit in the ramp-up (200 sends' ORM work) and the ramp-down (200 final "
+    "writes), where worker threads running ORM code hold the GIL the event loop needs for "
+    "every token. A thread that gives the GIL up for a system call waits up to the 5 ms "
+    "switch interval to get it back while another thread computes, and the loop makes many "
+    "such calls per iteration.",
     "",
-    "The spread between runs is the machine's: the same code gives a bucket p95 of 7 ms in "
-    "one minute and 90 ms in the next, and a pure-Python loop timed between runs varies by up "
-    "to 50% (CPU shared with other tenants). Hence several runs per server and the median. "
-    "On the previous session's machine the same benchmark ran about twice as fast (uvicorn "
-    "p95 40 ms there, 105 ms here the same day, before this session's changes).",
+    "The figures depend on the machine more than on anything else. The same code (e9357b6) "
+    "measured a whole-run p95 of 68.5 ms (median of five runs, 55.0-83.5) on the machine of "
+    "2026-12-02, whose speed moved by up to 50% from one minute to the next (CPU shared with "
+    "other tenants), and 4.5 ms (2.8-23.3) on the steadier machine of 2026-12-03; the "
+    "all-streaming window went from 30.5 to 0.9 ms. Hence several runs per server, taken in "
+    "turns, and the median; and hence the work on the ramps below, which is what a slower or "
+    "busier machine sees first.",
     "",
     "Fixes found with this benchmark and py-spy, in order (p95, 200 sockets, one process "
     "unless said): forwarded events skip Channels' per-message `close_old_connections` hop "
@@ -74,16 +73,25 @@ ANALYSIS: list[str] = [
     "(chat/services/events.py); a send's database work takes 4 trips instead of 10, on "
     "persistent connections, in the thread pool rather than queued behind one thread; frames "
     "are encoded with orjson; the fake model writes all streams from one pacer thread "
-    "instead of 200 sleeping ones (~45% of a core before). This session: a send reuses the "
-    "rows it stored and a finish writes the held row once (21 -> 14 queries per reply, ~9.6 "
-    "-> ~6 ms of ORM CPU on SQLite); tokens go from the stream reader straight into the "
-    "sockets' outboxes and a socket sends its whole backlog as one merged delta (one task "
-    "switch and many frames less under load); SSE lines are split from the raw bytes and "
-    "parsed with orjson (three async generators less per chunk); frames go to the server's "
-    "own ASGI send; and Daphne's reactor runs on uvloop (`python -m cadau.serve`): with all "
-    "200 streaming and no database work in flight, half-second buckets stayed at a p95 of "
-    "5-40 ms where asyncio's loop saturated at 60-130 ms (four runs each, same hour); over "
-    "whole runs the ramps dominate and the two measure alike.",
+    "instead of 200 sleeping ones (~45% of a core before). Next: a send reuses the rows it "
+    "stored and a finish writes the held row once (21 -> 14 queries per reply, ~9.6 -> ~6 ms "
+    "of ORM CPU on SQLite); tokens go from the stream reader straight into the sockets' "
+    "outboxes and a socket sends its whole backlog as one merged delta; SSE lines are split "
+    "from the raw bytes and parsed with orjson; frames go to the server's own ASGI send; and "
+    "Daphne's reactor runs on uvloop (`python -m cadau.serve`): with all 200 streaming, "
+    "half-second buckets stayed at a p95 of 5-40 ms where asyncio's loop saturated at 60-130 "
+    "ms (2026-12-02 machine). Last: a completed reply's `done` budget is worked out from the "
+    "context its payload was built from, when the final write's guard shows that nothing "
+    "moved it (no read-back: 14 -> 12 queries per reply, ~1.3 -> ~0.4 ms of CPU per "
+    "finish); in alternated runs, eight each, the ramp-down p95 went from a median of ~130 "
+    "ms (35-182) to ~52 ms (31-71), and the whole-run p95 from 6.7 to 2.6 ms.",
+    "",
+    "Tried and measured, not adopted: a 0.5-1 ms switch interval; one worker thread for all "
+    "of a turn's database work; and at most one (or two) sends' database work at a time "
+    "(a semaphore, eight and six alternated runs): the loop then contends with one thread "
+    "instead of six, so p99 fell from ~35 to ~10 ms (two: ~17 ms), but the burst's last "
+    "reply started 1.7 s after its send instead of 1.0 s and the whole-run p95 rose from "
+    "3.4 to 7.6 ms (two: 12.1 ms).",
 ]
 TARGET_P95_N_MS = 50.0
 
