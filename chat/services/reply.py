@@ -323,20 +323,20 @@ def _finish(
     completed in the held row is written with guarded UPDATEs (`reply_complete`), and when
     they show that nothing moved the context meanwhile, its budget is `context` plus the
     reply, with no read-back."""
-    message = None
+    completed = None
     if held is not None and held.pk == message_id and status == MessageStatus.COMPLETE:
         completed = reply_complete(message=held, content=content, metadata=metadata or {})
-        if completed is not None:
-            message = completed.message
-            if completed.context_unchanged and context is not None:
-                state = ctx.context_state_appended(state=context, message=message)
-                if state is not None:
-                    return message, ctx.context_budget_of(state=state), state
-    if message is None:
+    state = None
+    if completed is None:
         message = reply_finish(
             message_id=message_id, content=content, status=status, metadata=metadata
         )
-    state = ctx.context_state_fresh(session_id=session_id)
+    else:
+        message = completed.message
+        if completed.context_unchanged and context is not None:
+            state = ctx.context_state_appended(state=context, message=message)
+    if state is None:
+        state = ctx.context_state_fresh(session_id=session_id)
     return message, ctx.context_budget_of(state=state), state
 
 
@@ -348,7 +348,7 @@ def _after_reply(
     query_runes: int,
 ) -> None:
     """Hooks and the background-compaction decision, on the rows this reply already holds:
-    `after` is the session and context read fresh by the final write's trip."""
+    `after` is the session and context as the final write's trip worked them out (`_finish`)."""
     session = after.session
     _run_turn_finished_hooks(session=session, user_message=user_message, assistant=assistant)
     _maybe_compact_later(after, query_runes)
