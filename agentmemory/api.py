@@ -9,7 +9,6 @@ from contextlib import contextmanager
 from datetime import date
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -18,10 +17,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from agentmemory import store
+from agentmemory.clock import agent_now
 from agentmemory.hooks import entry_payload
+from agentmemory.selectors import source_message_for
 from chat.api.agents import AGENT_ID_PATH, ERRORS
 from chat.api.errors import ApiError
-from chat.models import Agent, ChatMessage
 from chat.selectors import agent_for_user
 
 ENTRY_NAME_PATH = OpenApiParameter(
@@ -81,6 +81,16 @@ class DailySerializer(serializers.Serializer):
 def _store_errors() -> Iterator[None]:
     try:
         yield
+    except store.FolderNotOwned as exc:
+        # An operator's matter (agentmemory/folders.py): say so, without the folder's name.
+        raise ApiError(
+            "this agent's memory folder exists but is not marked as its own; an operator "
+            "must check it",
+            code="memory_folder_not_owned",
+            status_code=409,
+        ) from exc
+    except store.MemoryFull as exc:
+        raise ApiError(str(exc), code="memory_full", status_code=409) from exc
     except store.UnsafeName as exc:
         raise ApiError(str(exc) or "unsafe name", code="invalid_name") from exc
     except store.TooLarge as exc:
@@ -95,19 +105,6 @@ def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[st
     return dict(serializer.validated_data)
 
 
-def _source_message(*, user: Any, agent: Agent, message_id: int) -> ChatMessage:
-    """The message must be in one of the caller's own sessions with this agent; anything else
-    is the same 404 as a message that does not exist."""
-    message = (
-        ChatMessage.objects.filter(pk=message_id, session__owner=user, session__agent=agent)
-        .only("id", "session_id", "content")
-        .first()
-    )
-    if message is None:
-        raise ApiError("source message not found", code="not_found", status_code=404)
-    return message
-
-
 class DailyNoteView(APIView):
     @extend_schema(
         operation_id="agent_memory_daily",
@@ -118,7 +115,8 @@ class DailyNoteView(APIView):
     def get(self, request: Request, agent_id: str) -> Response:
         agent = agent_for_user(user=request.user, agent_id=agent_id)
         query = _valid(DailyQuerySerializer, request.query_params)
-        day: date = query.get("date") or timezone.localdate()
+        # "Today" is the agent's, as its notes are dated (agentmemory/clock.py).
+        day: date = query.get("date") or agent_now(agent=agent).date()
         with _store_errors():
             markdown = store.daily_note_read(agent_id=agent.pk, day=day)
             days = store.daily_note_list(agent_id=agent.pk)
@@ -162,7 +160,7 @@ class EntryListCreateView(APIView):
         session_id = message_id = None
         content = data.get("content", "")
         if "source_message_id" in data:
-            source = _source_message(
+            source = source_message_for(
                 user=request.user, agent=agent, message_id=data["source_message_id"]
             )
             session_id, message_id = source.session_id, source.pk

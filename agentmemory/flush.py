@@ -1,18 +1,18 @@
-"""Rescue memory before compaction (SPEC §4): every batch the rolling summary of an agent's session
-is about to fold is first archived to the agent's daily note, then (optionally) distilled into
-long-term entries by one LLM call.
+"""Rescue memory before compaction (SPEC §4): every batch that compaction is about to merge
+into the rolling summary of an agent's session is first archived to the agent's daily note,
+then (optionally) distilled into long-term entries by one LLM call.
 
 The guarantees, and how the ledger (`MemoryFlush`) gives them:
 
-* No batch leaves the verbatim context without a flush record. `memory_flush_before_roll` is a
-  pre-roll hook: it returns only once the note is written and its ledger row says so; if the
-  append fails it raises, and the context engine then aborts that compaction (the anchor does
-  not move). Extraction is *after* that point and never raises.
+* No batch leaves the verbatim context without a flush record. The pre-compaction hook
+  `memory_flush_before_compaction` returns only once the note is written and its ledger row
+  says so; if the append fails it raises, and the context engine then aborts that compaction
+  (the anchor does not move). Extraction is *after* that point and never raises.
 * No batch is written twice. A ledger row is created (`pending`) before the append and marked
   `written` after it; the block carries an HTML-comment marker naming the session and range.
   A later flush of the session first settles pending rows (marker found in the note: written;
   not found: the append never happened, drop the row), then appends only the messages above the
-  session's watermark (the highest `to_message_id` written). Compaction folds a session's
+  session's watermark (the highest `to_message_id` written). Compaction takes a session's
   messages in id order under a lease, so a retried compaction (summary failed after the flush,
   CAS conflict...) finds its messages below the watermark and appends nothing, whether it cuts
   the same range or a different one. A truncation rewind moves the anchor back over messages
@@ -34,12 +34,20 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from django.db.models import Max
-from django.utils import timezone
 
 from agentmemory import store
+from agentmemory.clock import agent_now
+from agentmemory.folders import agent_known
 from agentmemory.models import ExtractStatus, MemoryFlush, NoteStatus
+from chat.context import for_model
+from chat.context.summarise import (
+    TranscriptMessage,
+    summarise_call,
+    transcript_render,
+    transcript_text,
+)
 from chat.llm import LLMError, get_provider
-from chat.models import Agent, ChatMessage, ChatSession, MessageStatus
+from chat.models import EXCLUDED_FROM_MODEL, Agent, ChatMessage, ChatSession
 from chat.services.agents import agent_settings
 
 logger = logging.getLogger("agentmemory.flush")
@@ -60,16 +68,11 @@ NOTE_BLOCK_MAX_RUNES = 1_000_000
 ARCHIVE_HEADING = "Context-compaction archive (上下文压缩归档)"
 
 
-class FlushMessage(Protocol):
-    # Read-only, so the context engine's frozen TailMessage fits.
+class FlushMessage(TranscriptMessage, Protocol):
+    # A transcript message with its id (daily notes cite it). Read-only, so the context
+    # engine's frozen TailMessage fits.
     @property
     def id(self) -> int: ...
-    @property
-    def role(self) -> str: ...
-    @property
-    def content(self) -> str: ...
-    @property
-    def tool_calls(self) -> Any: ...
 
 
 class ExtractFailed(Exception):
@@ -80,31 +83,15 @@ def _marker(*, session_id: int, from_id: int, to_id: int) -> str:
     return f"<!-- cadau:flush session={session_id} messages={from_id}-{to_id} -->"
 
 
-def clip_text(text: str, limit: int, *, session_id: int, message_id: int) -> str:
-    if len(text) <= limit:
-        return text
-    return (
-        f"{text[:limit]}\n… [{len(text) - limit} more characters; full text in session "
-        f"{session_id}, message #{message_id}]"
-    )
-
-
-def _render_message(message: FlushMessage, *, session_id: int, limit: int) -> str:
-    text = message.content or ""
-    if message.tool_calls:
-        calls = []
-        for call in message.tool_calls if isinstance(message.tool_calls, list) else []:
-            function = call.get("function", {}) if isinstance(call, dict) else {}
-            calls.append(f"{function.get('name', '?')}({function.get('arguments', '')})")
-        text = f"{text}\n→ tool calls: {'; '.join(calls)}".strip()
-    text = clip_text(text, limit, session_id=session_id, message_id=message.id)
-    return f"**{message.role}** (#{message.id}): {text}"
+def note_line(message: FlushMessage, *, clip: int) -> str:
+    """A message as the daily note shows it."""
+    return f"**{message.role}** (#{message.id}): {transcript_text(message, clip=clip)}"
 
 
 def _note_body(messages: Sequence[FlushMessage], *, session_id: int, marker: str) -> str:
     limit = NOTE_MESSAGE_MAX_RUNES
     while True:
-        lines = [_render_message(m, session_id=session_id, limit=limit) for m in messages]
+        lines = [note_line(m, clip=limit) for m in messages]
         body = "\n\n".join([marker, *lines])
         if len(body) <= NOTE_BLOCK_MAX_RUNES or limit <= 200:
             return body[:NOTE_BLOCK_MAX_RUNES]
@@ -133,12 +120,19 @@ def _settle_pending(*, session: ChatSession, agent_id: int) -> None:
             row.delete()
 
 
-def memory_flush_before_roll(*, session: ChatSession, messages: Sequence[FlushMessage]) -> None:
-    """The pre-roll hook. Raises (aborting the compaction) only when the archive cannot be
+def memory_flush_before_compaction(
+    *, session: ChatSession, messages: Sequence[FlushMessage]
+) -> None:
+    """The pre-compaction hook. Raises (aborting the compaction) only when the archive cannot be
     written; see the module docstring."""
     agent = session.agent
     if agent is None or not messages:
         return
+    with agent_known(agent):
+        _flush(session=session, agent=agent, messages=messages)
+
+
+def _flush(*, session: ChatSession, agent: Agent, messages: Sequence[FlushMessage]) -> None:
     _settle_pending(session=session, agent_id=agent.pk)
     watermark = _watermark(session.pk)
     remaining = [m for m in messages if m.id > watermark]
@@ -166,7 +160,8 @@ def memory_flush_before_roll(*, session: ChatSession, messages: Sequence[FlushMe
 def _archive(
     *, session: ChatSession, agent: Agent, messages: Sequence[FlushMessage]
 ) -> MemoryFlush:
-    now = timezone.localtime()
+    # The agent's day, not UTC's (agentmemory/clock.py).
+    now = agent_now(agent=agent)
     from_id, to_id = messages[0].id, messages[-1].id
     title = f" “{session.title}”" if session.title else ""
     heading = (
@@ -255,8 +250,8 @@ def parse_facts(text: str) -> list[tuple[str, list[str]]]:
     return facts[:MAX_FACTS_PER_BATCH]
 
 
-def _transcript(messages: Iterable[FlushMessage], *, session_id: int) -> str:
-    text = "\n\n".join(_render_message(m, session_id=session_id, limit=4000) for m in messages)
+def _transcript(messages: Iterable[FlushMessage]) -> str:
+    text = transcript_render(messages, clip=4000)
     return text[-EXTRACT_INPUT_MAX_RUNES:]
 
 
@@ -274,30 +269,22 @@ def memory_extract(*, row: MemoryFlush, messages: Sequence[FlushMessage]) -> boo
     if agent_id is None:
         _set_extract(row, ExtractStatus.SKIPPED, error="the agent was deleted")
         return False
-    provider = get_provider()
-    if provider.is_offline:
+    if get_provider().is_offline:
         # The offline provider has no model to distil with; the note already holds everything.
         _set_extract(row, ExtractStatus.SKIPPED, error="offline provider")
         return False
-    transcript = _transcript(messages, session_id=row.session_id)
+    transcript = _transcript(messages)
     existing = store.entries_for_prompt(
         agent_id=agent_id, query=transcript, max_runes=EXTRACT_EXISTING_MAX_RUNES
     )
     row.attempts += 1
     started = time.monotonic()
     try:
-        result = provider.complete(
-            messages=[
-                {"role": "system", "content": EXTRACT_SYSTEM_PROMPT},
-                {
-                    "role": "user",
-                    "content": (
-                        f"Existing memory:\n{existing or '(none)'}\n\n"
-                        f"Conversation excerpt:\n{transcript}"
-                    ),
-                },
-            ],
-            model=provider.summary_model,
+        result = summarise_call(
+            instructions=EXTRACT_SYSTEM_PROMPT,
+            content=(
+                f"Existing memory:\n{existing or '(none)'}\n\nConversation excerpt:\n{transcript}"
+            ),
             max_tokens=2000,
             temperature=0.0,
         )
@@ -344,18 +331,10 @@ def memory_extract(*, row: MemoryFlush, messages: Sequence[FlushMessage]) -> boo
 def memory_extract_retry(*, row: MemoryFlush) -> bool:
     """Retry one failed/pending extraction from the stored messages (compaction never deletes
     them; a truncation may have, and then there is nothing left to distil)."""
-    from chat.services.context import TailMessage
-
-    rows = (
-        ChatMessage.objects.filter(
-            session_id=row.session_id,
-            id__gte=row.from_message_id,
-            id__lte=row.to_message_id,
-        )
-        .exclude(status__in=(MessageStatus.STREAMING, MessageStatus.FAILED))
-        .order_by("id")
-    )
-    messages = [TailMessage.from_row(r) for r in rows]
+    rows = ChatMessage.objects.filter(
+        session_id=row.session_id, id__gte=row.from_message_id, id__lte=row.to_message_id
+    ).order_by("id")
+    messages = list(for_model(rows))
     if not messages:
         _set_extract(row, ExtractStatus.SKIPPED, error="the messages no longer exist")
         return False
@@ -390,7 +369,7 @@ def memory_retry_extractions(*, limit: int = 100) -> tuple[int, int]:
 
 
 def memory_flush_audit(*, session: ChatSession) -> list[tuple[int, int]]:
-    """Message id ranges of `session` that were folded into the summary (id < anchor) but are in
+    """Message id ranges of `session` that were compacted into the summary (id < anchor) but are in
     no written flush range: [] when the rule held. Only meaningful for sessions that had their
     agent from the start (messages summarised before an agent was attached were never due)."""
     anchor = session.verbatim_since_message_id
@@ -402,7 +381,7 @@ def memory_flush_audit(*, session: ChatSession) -> list[tuple[int, int]]:
         ).values_list("from_message_id", "to_message_id")
     )
     ids = ChatMessage.objects.filter(session_id=session.pk, id__lt=anchor).exclude(
-        status__in=(MessageStatus.STREAMING, MessageStatus.FAILED)
+        status__in=EXCLUDED_FROM_MODEL
     )
     gaps: list[tuple[int, int]] = []
     for message_id in ids.order_by("id").values_list("id", flat=True).iterator():

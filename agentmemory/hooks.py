@@ -1,4 +1,4 @@
-"""agentmemory's implementations of chat's extension points (chat.services.hooks), registered by
+"""agentmemory's implementations of chat's extension points (chat.hooks), registered by
 `register()` from AgentMemoryConfig.ready(). All are no-ops for sessions without an agent."""
 
 from __future__ import annotations
@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.utils import timezone
-
 from agentmemory import store
-from agentmemory.flush import clip_text, memory_flush_before_roll
+from agentmemory.clock import agent_now
+from agentmemory.flush import NOTE_MESSAGE_MAX_RUNES, memory_flush_before_compaction, note_line
+from agentmemory.folders import agent_known
 from agentmemory.remember import remember_request
+from chat import hooks
+from chat.hooks import PromptPart
 from chat.models import ChatMessage, ChatSession, MessageStatus
-from chat.services import hooks
 from chat.services.agents import agent_settings
 
 logger = logging.getLogger("agentmemory.hooks")
@@ -37,22 +38,38 @@ def entry_payload(entry: store.MemoryEntry) -> dict[str, Any]:
     }
 
 
-def memory_system_prompt(*, session: ChatSession, query: str = "") -> str:
-    """Long-term entries for the system prompt, within the agent's `memory_prompt_runes` cap
-    (heading included). Order: BM25 relevance to the user's message, then newest."""
+def memory_prompt_part(*, session: ChatSession) -> PromptPart | None:
+    """The system-prompt hook: the agent's entries, read once, rendered per user message within
+    the agent's `memory_prompt_runes` cap (heading included). Order: BM25 relevance to the
+    message, then newest."""
     agent = session.agent
     if agent is None:
-        return ""
-    cap = agent_settings(agent=agent).memory_prompt_runes - len(MEMORY_PROMPT_HEADING) - 2
+        return None
+    runes = agent_settings(agent=agent, capped=not session.owner.is_staff).memory_prompt_runes
+    cap = runes - len(MEMORY_PROMPT_HEADING) - 2
     if cap <= 0:
-        return ""
+        return None
     try:
-        listing = store.entries_for_prompt(agent_id=agent.pk, query=query or "", max_runes=cap)
+        with agent_known(agent):
+            entries = store.entry_list(agent_id=agent.pk)
     except (OSError, ValueError):
         # Memory is an aid; an unreadable store must not make the chat unusable.
         logger.exception("agent_memory_prompt_failed session=%s agent=%s", session.pk, agent.pk)
-        return ""
-    return f"{MEMORY_PROMPT_HEADING}\n\n{listing}" if listing else ""
+        return None
+    if not entries:
+        return None
+
+    def render(query: str) -> str:
+        listing = store.entries_prompt_text(entries=entries, query=query or "", max_runes=cap)
+        return f"{MEMORY_PROMPT_HEADING}\n\n{listing}" if listing else ""
+
+    return render
+
+
+def memory_system_prompt(*, session: ChatSession, query: str = "") -> str:
+    """The long-term memory a call for `query` carries in its system prompt ("" for none)."""
+    part = memory_prompt_part(session=session)
+    return part(query) if part is not None else ""
 
 
 def memory_remember_on_turn(
@@ -67,15 +84,16 @@ def memory_remember_on_turn(
     if fact is None:
         return []
     try:
-        result = store.entry_write(
-            agent_id=agent.pk,
-            name=None,
-            content=fact,
-            source_session_id=session.pk,
-            source_message_id=user_message.pk,
-            tags=["remembered"],
-        )
-    except ValueError as exc:  # too long, empty after cleaning
+        with agent_known(agent):
+            result = store.entry_write(
+                agent_id=agent.pk,
+                name=None,
+                content=fact,
+                source_session_id=session.pk,
+                source_message_id=user_message.pk,
+                tags=["remembered"],
+            )
+    except ValueError as exc:  # too long, empty after cleaning, memory full, folder refused
         logger.warning(
             "agent_memory_remember_failed session=%s message=%s error=%s",
             session.pk,
@@ -111,34 +129,23 @@ def memory_auto_append(
         return
     if assistant_message.status != MessageStatus.COMPLETE:
         return
-    now = timezone.localtime()
-    lines = []
-    if user_message is not None:
-        lines.append(
-            f"**user** (#{user_message.pk}): "
-            + clip_text(
-                user_message.content, 8000, session_id=session.pk, message_id=user_message.pk
-            )
+    now = agent_now(agent=agent)
+    turn = [user_message, assistant_message] if user_message is not None else [assistant_message]
+    lines = [note_line(m, clip=NOTE_MESSAGE_MAX_RUNES) for m in turn]
+    with agent_known(agent):
+        store.daily_note_append(
+            agent_id=agent.pk,
+            day=now.date(),
+            heading=f"Turn · {now:%H:%M %Z} · session {session.pk}",
+            body="\n\n".join(lines),
         )
-    lines.append(
-        f"**assistant** (#{assistant_message.pk}): "
-        + clip_text(
-            assistant_message.content, 8000, session_id=session.pk, message_id=assistant_message.pk
-        )
-    )
-    store.daily_note_append(
-        agent_id=agent.pk,
-        day=now.date(),
-        heading=f"Turn · {now:%H:%M %Z} · session {session.pk}",
-        body="\n\n".join(lines),
-    )
 
 
 def register() -> None:
     """Idempotent: ready() can run more than once (tests, some management commands)."""
     for registry, fn in (
-        (hooks.pre_roll_hooks, memory_flush_before_roll),
-        (hooks.system_prompt_hooks, memory_system_prompt),
+        (hooks.pre_compaction_hooks, memory_flush_before_compaction),
+        (hooks.system_prompt_hooks, memory_prompt_part),
         (hooks.turn_started_hooks, memory_remember_on_turn),
         (hooks.turn_finished_hooks, memory_auto_append),
     ):

@@ -1,6 +1,7 @@
 """The flush ledger: one row per batch of a session's messages archived to an agent's daily note
-before the rolling summary folded it. It is what lets a retried compaction skip a batch that is
-already in the note, and what an audit reads to prove no folded message went unarchived."""
+before compaction merged it into the rolling summary. It is what lets a retried compaction skip
+a batch that is already in the note, and what an audit reads to prove no compacted message went
+unarchived."""
 
 from __future__ import annotations
 

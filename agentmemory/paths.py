@@ -3,11 +3,13 @@
 Every name a user, the API or a model supplies goes through a function here before it becomes a
 storage name, so "can this escape the agent's folder?" has exactly one answer to audit.
 
-Layout (storage names, always forward slashes, relative to the storage root):
+Layout (storage names, always forward slashes, relative to the storage root), where {root} is
+the agent's `memory_uuid` (agentmemory/folders.py resolves and checks it):
 
-    {agent_id}/memory/YYYY-MM-DD.md           daily notes
-    {agent_id}/memory/entries/<slug>.md       long-term entries
-    {agent_id}/workspace/<seg>/<seg>/...      agent workspace files
+    {root}/.cadau-agent.json              owner marker
+    {root}/memory/YYYY-MM-DD.md           daily notes
+    {root}/memory/entries/<slug>.md       long-term entries
+    {root}/workspace/<seg>/<seg>/...      agent workspace files
 
 The rules are whitelists, not blacklists: rather than trying to recognise every spelling of
 "..", "/", "%2e%2e%2f", fullwidth solidus, NUL and so on, a name must consist only of
@@ -53,32 +55,38 @@ _RESERVED_STEMS = frozenset(
     ["con", "prn", "aux", "nul"] + [f"com{i}" for i in range(10)] + [f"lpt{i}" for i in range(10)]
 )
 
-# Above this no real database id exists; refusing it keeps the folder name short and bounded.
+# Above this no real database id exists.
 _MAX_AGENT_ID = 2**63 - 1
 
 
 def checked_agent_id(agent_id: object) -> int:
-    """agent_id becomes a folder name, so it must be a plain positive int (bool is an int
-    subclass and "1" would be a str that happens to look right: both refused)."""
+    """agent_id is looked up in the database, so it must be a plain positive int (bool is an
+    int subclass and "1" would be a str that happens to look right: both refused)."""
     if type(agent_id) is not int or not 0 < agent_id <= _MAX_AGENT_ID:
         raise UnsafeName(f"agent_id must be a positive integer, got {agent_id!r}")
     return agent_id
 
 
-def agent_root(*, agent_id: int) -> str:
-    return str(checked_agent_id(agent_id))
+# A folder name is a canonical (lower-case, hyphenated) UUID and nothing else.
+ROOT_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
-def memory_dir(*, agent_id: int) -> str:
-    return f"{agent_root(agent_id=agent_id)}/memory"
+def checked_root(root: object) -> str:
+    if not isinstance(root, str) or not ROOT_RE.fullmatch(root):
+        raise UnsafeName(f"agent folder must be a canonical UUID, got {root!r}"[:200])
+    return root
 
 
-def entries_dir(*, agent_id: int) -> str:
-    return f"{memory_dir(agent_id=agent_id)}/entries"
+def memory_dir(*, root: str) -> str:
+    return f"{checked_root(root)}/memory"
 
 
-def workspace_dir(*, agent_id: int) -> str:
-    return f"{agent_root(agent_id=agent_id)}/workspace"
+def entries_dir(*, root: str) -> str:
+    return f"{memory_dir(root=root)}/entries"
+
+
+def workspace_dir(*, root: str) -> str:
+    return f"{checked_root(root)}/workspace"
 
 
 def entry_stem(name: object) -> str:
@@ -91,8 +99,8 @@ def entry_stem(name: object) -> str:
     return stem
 
 
-def entry_storage_name(*, agent_id: int, name: object) -> str:
-    return f"{entries_dir(agent_id=agent_id)}/{entry_stem(name)}.md"
+def entry_storage_name(*, root: str, name: object) -> str:
+    return f"{entries_dir(root=root)}/{entry_stem(name)}.md"
 
 
 def daily_note_filename(day: object) -> str:
@@ -116,8 +124,8 @@ def parse_daily_note_filename(filename: object) -> date:
         raise UnsafeName(f"bad daily note date {filename!r}") from exc
 
 
-def daily_note_storage_name(*, agent_id: int, day: date) -> str:
-    return f"{memory_dir(agent_id=agent_id)}/{daily_note_filename(day)}"
+def daily_note_storage_name(*, root: str, day: date) -> str:
+    return f"{memory_dir(root=root)}/{daily_note_filename(day)}"
 
 
 def workspace_relpath(path: object) -> str:
@@ -143,20 +151,20 @@ def workspace_relpath(path: object) -> str:
     return path
 
 
-def workspace_storage_name(*, agent_id: int, path: object) -> str:
-    return f"{workspace_dir(agent_id=agent_id)}/{workspace_relpath(path)}"
+def workspace_storage_name(*, root: str, path: object) -> str:
+    return f"{workspace_dir(root=root)}/{workspace_relpath(path)}"
 
 
 def _is_within(path: str, root: str) -> bool:
     return path == root or path.startswith(root + os.sep)
 
 
-def filesystem_path(*, storage: Storage, agent_id: int, name: str) -> str | None:
+def filesystem_path(*, storage: Storage, root: str, name: str) -> str | None:
     """For a FileSystemStorage: the absolute path of `name`, after proving that its real path
-    (all symlinks resolved, in the parents too) is inside the real agent root. For any other
+    (all symlinks resolved, in the parents too) is inside the real agent folder. For any other
     backend: None, because object stores have no symlinks and no path to follow.
 
-    The agent root itself is anchored at realpath(storage location)/agent_id, so a symlinked
+    The agent folder itself is anchored at realpath(storage location)/root, so a symlinked
     RUNTIME_DIR works but a per-agent folder redirected elsewhere by a symlink is refused.
 
     This narrows but cannot close a race with someone swapping a parent for a symlink between
@@ -164,16 +172,16 @@ def filesystem_path(*, storage: Storage, agent_id: int, name: str) -> str | None
     """
     if not isinstance(storage, FileSystemStorage):
         return None
-    root = agent_root(agent_id=agent_id)
+    root = checked_root(root)
     if name != root and not name.startswith(root + "/"):
-        raise UnsafeName("storage name is not under the agent root")
+        raise UnsafeName("storage name is not under the agent folder")
     try:
         absolute = storage.path(name)  # safe_join: lexical containment in the location
     except SuspiciousFileOperation as exc:
         raise UnsafeName(str(exc)) from exc
     real_root = os.path.join(os.path.realpath(storage.location), root)
     if os.path.lexists(real_root) and os.path.realpath(real_root) != real_root:
-        raise UnsafeName("agent root is a symlink")
+        raise UnsafeName("agent folder is a symlink")
     if not _is_within(os.path.realpath(absolute), real_root):
         raise UnsafeName("path resolves outside the agent folder")
     return absolute

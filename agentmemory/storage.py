@@ -2,7 +2,8 @@
 
 `settings.AGENT_MEMORY_STORAGE` (string, default ""):
 
-* ""                   -> FileSystemStorage(location=settings.RUNTIME_DIR). The only backend
+* ""                   -> FileSystemStorage(location=settings.RUNTIME_DIR), files 0600 and
+                          folders 0700. The only backend
                           with atomic replace, cross-process append locks and symlink checks.
 * a STORAGES alias     -> `django.core.files.storage.storages[alias]`, so a deployment
                           configures S3/shared storage with OPTIONS the usual Django way, e.g.
@@ -26,6 +27,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
+from agentmemory.folders import DIR_MODE, FILE_MODE
+
 # Instances built from a dotted path are cached: a stateful backend (InMemoryStorage) built
 # afresh on every call would forget everything between two calls. Aliases are cached by
 # Django's own `storages` handler, which also resets itself when STORAGES changes.
@@ -47,7 +50,12 @@ def get_memory_storage() -> Storage:
 
 def _build(spec: str) -> Storage:
     if not spec:
-        return FileSystemStorage(location=settings.RUNTIME_DIR)
+        # Private: the notes hold users' chat text (agentmemory.folders).
+        return FileSystemStorage(
+            location=settings.RUNTIME_DIR,
+            file_permissions_mode=FILE_MODE,
+            directory_permissions_mode=DIR_MODE,
+        )
     try:
         target: Any = import_string(spec)
     except ImportError as exc:
@@ -67,3 +75,6 @@ def _reset_on_setting_change(*, setting: str, **kwargs: Any) -> None:
     if setting in {"AGENT_MEMORY_STORAGE", "RUNTIME_DIR", "STORAGES"}:
         with _cache_lock:
             _cache.clear()
+        from agentmemory import index
+
+        index.forget_all()

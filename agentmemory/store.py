@@ -1,5 +1,12 @@
 """The agent memory store: daily notes, long-term entries and workspace files, as files in a
-Django Storage (see `agentmemory.storage`). Names are checked in `agentmemory.paths` only.
+Django Storage (see `agentmemory.storage`), in the agent's own folder named by its random
+`memory_uuid` and marked as its own (`agentmemory.folders`: a folder without the agent's marker
+is refused with FolderNotOwned). Names are checked in `agentmemory.paths` only. Files are 0600
+and folders 0700 on the default backend. An agent holds at most AGENT_MEMORY_MAX_ENTRIES
+entries and AGENT_WORKSPACE_MAX_FILES workspace files (MemoryFull past that).
+
+Entries are cached per folder and revalidated by a stat per file (`agentmemory.index`), so
+ranking them for a prompt does not re-read every file on every send.
 
 Guarantees, by backend:
 
@@ -18,30 +25,37 @@ Guarantees, by backend:
   remove the stray copy and retry.
 
 All functions take keyword-only arguments and raise `UnsafeName` (a ValueError) for a bad
-agent id or name, `TooLarge` (a ValueError) for content over a cap and `MemoryNotFound` (a
-FileNotFoundError) for a missing entry or workspace file.
+agent id or name, `TooLarge` (a ValueError) for content over a cap (`MemoryFull`, a TooLarge,
+for a full agent), `FolderNotOwned` (an UnsafeName) for a folder that is not the agent's and
+`MemoryNotFound` (a FileNotFoundError) for a missing entry or workspace file. Reading an agent
+that has no folder yet gives empty results; the first write creates the folder.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import re
-import tempfile
-import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
+from datetime import date
 
-from django.core.files.base import ContentFile
+from django.conf import settings
 from django.core.files.storage import Storage
 from django.utils import timezone
 
-from agentmemory import frontmatter, paths
+from agentmemory import fileio, folders, frontmatter, index, paths
+from agentmemory.fileio import MemoryFull, MemoryNotFound, TooLarge
+from agentmemory.folders import FolderNotOwned
+from agentmemory.index import MemoryEntry
 from agentmemory.paths import UnsafeName
 from agentmemory.storage import get_memory_storage
-from agentmemory.text import bm25_scores, content_hash, jaccard, normalized, slugify_first_line
+from agentmemory.text import content_hash, jaccard, normalized, slugify_first_line
+from agentmemory.workspace import (
+    WORKSPACE_MAX_BYTES,
+    workspace_list,
+    workspace_read,
+    workspace_write,
+)
 
 __all__ = [
     "DAILY_APPEND_MAX_BYTES",
@@ -49,7 +63,9 @@ __all__ = [
     "NEAR_DUPLICATE_JACCARD",
     "WORKSPACE_MAX_BYTES",
     "EntryWriteResult",
+    "FolderNotOwned",
     "MemoryEntry",
+    "MemoryFull",
     "MemoryNotFound",
     "TooLarge",
     "UnsafeName",
@@ -57,6 +73,7 @@ __all__ = [
     "daily_note_list",
     "daily_note_read",
     "entries_for_prompt",
+    "entries_prompt_text",
     "entry_delete",
     "entry_list",
     "entry_read",
@@ -71,31 +88,8 @@ __all__ = [
 ENTRY_MAX_CHARS = 8_000
 # A compaction batch with long tool outputs can be large, but not unboundedly so.
 DAILY_APPEND_MAX_BYTES = 4 * 1024 * 1024
-WORKSPACE_MAX_BYTES = 1024 * 1024
-WORKSPACE_MAX_FILES_LISTED = 5_000
 NEAR_DUPLICATE_JACCARD = 0.8
 HEADING_MAX_CHARS = 200
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class TooLarge(ValueError):
-    """Content exceeds a size cap. Map to HTTP 413 (or 400)."""
-
-
-class MemoryNotFound(FileNotFoundError):
-    """The entry or workspace file does not exist. Map to HTTP 404."""
-
-
-@dataclass(frozen=True)
-class MemoryEntry:
-    name: str  # the slug, without ".md"
-    content: str
-    created: datetime
-    updated: datetime
-    source_session_id: int | None
-    source_message_id: int | None
-    tags: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -105,150 +99,14 @@ class EntryWriteResult:
     created: bool
 
 
-# --- low-level I/O -------------------------------------------------------------------------
-
-_local_locks: dict[str, threading.RLock] = {}
-_local_locks_guard = threading.Lock()
+def _root(storage: Storage, agent_id: int, *, create: bool = False) -> str | None:
+    return folders.agent_root(storage=storage, agent_id=agent_id, create=create)
 
 
-@contextlib.contextmanager
-def _local_lock(key: str) -> Iterator[None]:
-    """In-process serialisation for backends without OS locks (keyed by storage name).
-    Re-entrant because an append holds it around the whole-file replace that takes it too."""
-    with _local_locks_guard:
-        lock = _local_locks.setdefault(key, threading.RLock())
-    with lock:
-        yield
-
-
-@contextlib.contextmanager
-def _flock(lock_path: str) -> Iterator[None]:
-    # flock locks belong to the open file description, so each call opening its own fd makes
-    # threads of one process exclude each other as well as separate processes.
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-@contextlib.contextmanager
-def _exclusive(*, storage: Storage, agent_id: int, name: str) -> Iterator[None]:
-    """Exclusive section for `name`: OS lock on a dotfile next to it for the filesystem,
-    in-process lock otherwise (see the module docstring for what that does not cover)."""
-    absolute = paths.filesystem_path(storage=storage, agent_id=agent_id, name=name)
-    if absolute is None:
-        with _local_lock(f"{id(storage)}:{name}"):
-            yield
-        return
-    directory, base = os.path.split(absolute)
-    _makedirs(storage, directory)
-    with _flock(os.path.join(directory, f".{base}.lock")):
-        yield
-
-
-def _makedirs(storage: Storage, directory: str) -> None:
-    mode = getattr(storage, "directory_permissions_mode", None) or 0o777
-    os.makedirs(directory, mode=mode, exist_ok=True)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _fsync_dir(directory: str) -> None:
-    # Makes the rename itself durable; best effort because not every filesystem allows it.
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-
-
-def _replace(*, storage: Storage, agent_id: int, name: str, data: bytes) -> None:
-    """Whole-file write: atomic on the filesystem, delete-then-save elsewhere."""
-    absolute = paths.filesystem_path(storage=storage, agent_id=agent_id, name=name)
-    if absolute is None:
-        _replace_generic(storage=storage, name=name, data=data)
-        return
-    directory, base = os.path.split(absolute)
-    try:
-        _makedirs(storage, directory)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=".tmp")
-    except (NotADirectoryError, FileExistsError) as exc:
-        raise UnsafeName("a parent of this path is an existing file") from exc
-    try:
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        mode = getattr(storage, "file_permissions_mode", None)
-        os.chmod(tmp, mode if mode is not None else 0o644)
-        # rename(2) replaces a symlink at the target rather than writing through it, so even
-        # a symlink swapped in after the realpath check cannot redirect this write.
-        os.replace(tmp, absolute)
-    except IsADirectoryError as exc:
-        raise UnsafeName("the path is an existing folder") from exc
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    _fsync_dir(directory)
-
-
-def _replace_generic(*, storage: Storage, name: str, data: bytes) -> None:
-    with _local_lock(f"{id(storage)}:{name}"):
-        for _attempt in range(3):
-            if storage.exists(name):
-                storage.delete(name)
-            saved = storage.save(name, ContentFile(data))
-            if saved == name:
-                return
-            # Another writer recreated `name` between our delete and save, and the backend
-            # saved ours under an alternative name: drop that copy and try again.
-            storage.delete(saved)
-    raise OSError(f"could not replace {name!r}: concurrent writers kept recreating it")
-
-
-def _read_bytes(
-    *, storage: Storage, agent_id: int, name: str, max_bytes: int | None = None
-) -> bytes | None:
-    """None when the file does not exist."""
-    paths.filesystem_path(storage=storage, agent_id=agent_id, name=name)
-    try:
-        if max_bytes is not None and storage.size(name) > max_bytes:
-            raise TooLarge(f"file is larger than {max_bytes} bytes")
-        with storage.open(name, "rb") as handle:
-            data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        return None
-    if max_bytes is not None and len(data) > max_bytes:  # grew between size() and read()
-        raise TooLarge(f"file is larger than {max_bytes} bytes")
-    return bytes(data)
-
-
-def _listdir(storage: Storage, name: str) -> tuple[list[str], list[str]]:
-    try:
-        dirs, files = storage.listdir(name)
-    except (FileNotFoundError, NotADirectoryError):
-        return [], []
-    return list(dirs), list(files)
-
-
-def _modified_time(storage: Storage, name: str) -> datetime:
-    try:
-        return storage.get_modified_time(name)
-    except (NotImplementedError, OSError):
-        return _EPOCH
-
-
-def _decode(data: bytes) -> str:
-    # Hand-edited files may be in any encoding; keep what we can rather than refuse to read.
-    return data.decode("utf-8", errors="replace")
+def _write_root(storage: Storage, agent_id: int) -> str:
+    root = _root(storage, agent_id, create=True)
+    assert root is not None
+    return root
 
 
 # --- daily notes ---------------------------------------------------------------------------
@@ -263,30 +121,28 @@ def daily_note_append(*, agent_id: int, day: date, heading: str, body: str) -> N
     """Append `## heading` + body to the agent's note for `day` (created with a `# day` title
     when missing). Concurrent appends never interleave; see the module docstring."""
     storage = get_memory_storage()
-    name = paths.daily_note_storage_name(agent_id=agent_id, day=day)
+    filename = paths.daily_note_filename(day)
     block = f"\n## {_clean_heading(heading)}\n\n{body.strip()}\n".encode()
     if len(block) > DAILY_APPEND_MAX_BYTES:
         raise TooLarge(f"daily note block is larger than {DAILY_APPEND_MAX_BYTES} bytes")
+    root = _write_root(storage, agent_id)
+    name = f"{paths.memory_dir(root=root)}/{filename}"
     title = f"# {day.isoformat()}\n".encode()
-    absolute = paths.filesystem_path(storage=storage, agent_id=agent_id, name=name)
+    absolute = paths.filesystem_path(storage=storage, root=root, name=name)
     if absolute is None:
-        with _local_lock(f"{id(storage)}:{name}"):
-            existing = _read_bytes(storage=storage, agent_id=agent_id, name=name) or b""
-            _replace(
-                storage=storage,
-                agent_id=agent_id,
-                name=name,
-                data=_joined(existing, title, block),
+        with fileio.local_lock(f"{id(storage)}:{name}"):
+            existing = fileio.read_bytes(storage=storage, root=root, name=name) or b""
+            fileio.replace(
+                storage=storage, root=root, name=name, data=_joined(existing, title, block)
             )
         return
-    with _exclusive(storage=storage, agent_id=agent_id, name=name):
+    with fileio.exclusive(storage=storage, root=root, name=name):
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-        mode = getattr(storage, "file_permissions_mode", None)
-        fd = os.open(absolute, flags, mode if mode is not None else 0o644)
+        fd = os.open(absolute, flags, fileio.file_mode(storage))
         try:
             size = os.fstat(fd).st_size
             last = os.pread(fd, 1, size - 1) if size else b""
-            _write_all(fd, _joined(last, title, block)[len(last) :])
+            fileio.write_all(fd, _joined(last, title, block)[len(last) :])
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -303,15 +159,22 @@ def _joined(existing: bytes, title: bytes, block: bytes) -> bytes:
 def daily_note_read(*, agent_id: int, day: date) -> str:
     """The note's text, or '' when there is none for that day."""
     storage = get_memory_storage()
-    name = paths.daily_note_storage_name(agent_id=agent_id, day=day)
-    data = _read_bytes(storage=storage, agent_id=agent_id, name=name)
-    return _decode(data) if data is not None else ""
+    filename = paths.daily_note_filename(day)
+    root = _root(storage, agent_id)
+    if root is None:
+        return ""
+    name = f"{paths.memory_dir(root=root)}/{filename}"
+    data = fileio.read_bytes(storage=storage, root=root, name=name)
+    return fileio.decode(data) if data is not None else ""
 
 
 def daily_note_list(*, agent_id: int) -> list[date]:
     """Days that have a note, newest first."""
     storage = get_memory_storage()
-    _dirs, files = _listdir(storage, paths.memory_dir(agent_id=agent_id))
+    root = _root(storage, agent_id)
+    if root is None:
+        return []
+    _dirs, files = fileio.listdir(storage, paths.memory_dir(root=root))
     days = []
     for filename in files:
         with contextlib.suppress(UnsafeName):
@@ -322,44 +185,7 @@ def daily_note_list(*, agent_id: int) -> list[date]:
 # --- long-term entries ---------------------------------------------------------------------
 
 
-def _load_entry(*, storage: Storage, agent_id: int, stem: str) -> MemoryEntry | None:
-    name = paths.entry_storage_name(agent_id=agent_id, name=stem)
-    data = _read_bytes(storage=storage, agent_id=agent_id, name=name)
-    if data is None:
-        return None
-    parsed = frontmatter.parse(_decode(data))
-    # A hand-written file without front matter still has a history: its modification time.
-    fallback = None if parsed.created and parsed.updated else _modified_time(storage, name)
-    created = parsed.created or parsed.updated or fallback or _EPOCH
-    return MemoryEntry(
-        name=stem,
-        content=parsed.content,
-        created=created,
-        updated=parsed.updated or fallback or created,
-        source_session_id=parsed.source_session_id,
-        source_message_id=parsed.source_message_id,
-        tags=parsed.tags,
-    )
-
-
-def _load_all(*, storage: Storage, agent_id: int) -> list[MemoryEntry]:
-    _dirs, files = _listdir(storage, paths.entries_dir(agent_id=agent_id))
-    entries = []
-    for filename in files:
-        if not paths.ENTRY_FILENAME_RE.fullmatch(filename):
-            continue  # lock/temp dotfiles, editor backups, anything we would not have written
-        try:
-            entry = _load_entry(storage=storage, agent_id=agent_id, stem=filename[:-3])
-        except UnsafeName:
-            continue  # e.g. a symlink planted in entries/ pointing outside: not ours to read
-        if entry is not None:
-            entries.append(entry)
-    entries.sort(key=lambda e: e.name)
-    entries.sort(key=lambda e: e.updated, reverse=True)
-    return entries
-
-
-def _save_entry(*, storage: Storage, agent_id: int, entry: MemoryEntry) -> None:
+def _save_entry(*, storage: Storage, root: str, entry: MemoryEntry) -> None:
     text = frontmatter.render(
         content=entry.content,
         created=entry.created,
@@ -368,8 +194,11 @@ def _save_entry(*, storage: Storage, agent_id: int, entry: MemoryEntry) -> None:
         source_message_id=entry.source_message_id,
         tags=entry.tags,
     )
-    name = paths.entry_storage_name(agent_id=agent_id, name=entry.name)
-    _replace(storage=storage, agent_id=agent_id, name=name, data=text.encode())
+    name = paths.entry_storage_name(root=root, name=entry.name)
+    try:
+        fileio.replace(storage=storage, root=root, name=name, data=text.encode())
+    finally:
+        index.forget(storage=storage, root=root, stem=entry.name)
 
 
 def _checked_source_id(value: object, field: str) -> int | None:
@@ -423,7 +252,8 @@ def entry_write(
       updated instead of creating a second copy: new wording wins, tags are merged, the
       original source ids are kept (they say where the fact first came from).
     * Otherwise a new entry is created, at `name` or, when None, at a slug of the first line
-      (`entry-<hash>` for a first line without ASCII words, `-2`, `-3` ... on collision).
+      (`entry-<hash>` for a first line without ASCII words, `-2`, `-3` ... on collision);
+      MemoryFull when the agent already has AGENT_MEMORY_MAX_ENTRIES entries.
     """
     content = content.strip() if isinstance(content, str) else ""
     if not normalized(content):
@@ -435,10 +265,13 @@ def entry_write(
     clean_tags = frontmatter.clean_tags(list(tags))
     stem = paths.entry_stem(name) if name is not None else None
     storage = get_memory_storage()
-    lock_name = f"{paths.entries_dir(agent_id=agent_id)}/entries"
-    with _exclusive(storage=storage, agent_id=agent_id, name=lock_name):
+    root = _write_root(storage, agent_id)
+    lock_name = f"{paths.entries_dir(root=root)}/entries"
+    with fileio.exclusive(storage=storage, root=root, name=lock_name):
         now = timezone.now()
-        existing = _load_entry(storage=storage, agent_id=agent_id, stem=stem) if stem else None
+        existing = (
+            index.load_entry(storage=storage, root=root, stem=stem) if stem is not None else None
+        )
         if existing is not None:
             entry = MemoryEntry(
                 name=existing.name,
@@ -449,9 +282,9 @@ def entry_write(
                 source_message_id=message_id or existing.source_message_id,
                 tags=clean_tags or existing.tags,
             )
-            _save_entry(storage=storage, agent_id=agent_id, entry=entry)
+            _save_entry(storage=storage, root=root, entry=entry)
             return EntryWriteResult(entry=entry, created=False)
-        entries = _load_all(storage=storage, agent_id=agent_id)
+        entries = index.entry_set(storage=storage, root=root).entries
         duplicate = _find_duplicate(content, entries)
         if duplicate is not None:
             entry = MemoryEntry(
@@ -463,8 +296,14 @@ def entry_write(
                 source_message_id=duplicate.source_message_id or message_id,
                 tags=frontmatter.clean_tags([*duplicate.tags, *clean_tags]),
             )
-            _save_entry(storage=storage, agent_id=agent_id, entry=entry)
+            _save_entry(storage=storage, root=root, entry=entry)
             return EntryWriteResult(entry=entry, created=False)
+        cap = settings.AGENT_MEMORY_MAX_ENTRIES
+        if len(entries) >= cap:
+            raise MemoryFull(
+                f"memory is full: {cap} entries (AGENT_MEMORY_MAX_ENTRIES); update or delete "
+                "an entry instead of adding one"
+            )
         entry = MemoryEntry(
             name=stem or _new_stem(content, {e.name for e in entries}),
             content=content,
@@ -474,39 +313,63 @@ def entry_write(
             source_message_id=message_id,
             tags=clean_tags,
         )
-        _save_entry(storage=storage, agent_id=agent_id, entry=entry)
+        _save_entry(storage=storage, root=root, entry=entry)
         return EntryWriteResult(entry=entry, created=True)
 
 
 def entry_read(*, agent_id: int, name: str) -> MemoryEntry:
-    entry = _load_entry(
-        storage=get_memory_storage(), agent_id=agent_id, stem=paths.entry_stem(name)
-    )
+    stem = paths.entry_stem(name)
+    storage = get_memory_storage()
+    root = _root(storage, agent_id)
+    entry = index.load_entry(storage=storage, root=root, stem=stem) if root else None
     if entry is None:
         raise MemoryNotFound(f"no memory entry {name!r}")
     return entry
 
 
+class EntryList(list[MemoryEntry]):
+    """What `entry_list` returns: the entries, plus the cached index they came from, so that
+    `entries_prompt_text` can rank them without tokenising them again."""
+
+    entry_set: index.EntrySet | None = None
+
+
 def entry_list(*, agent_id: int) -> list[MemoryEntry]:
     """All entries, most recently updated first (name breaks ties)."""
-    return _load_all(storage=get_memory_storage(), agent_id=agent_id)
+    storage = get_memory_storage()
+    entries = index.entry_set(storage=storage, root=_root(storage, agent_id))
+    listed = EntryList(entries.entries)
+    listed.entry_set = entries
+    return listed
 
 
 def entry_delete(*, agent_id: int, name: str) -> bool:
     """True when an entry was deleted, False when there was none."""
+    stem = paths.entry_stem(name)
     storage = get_memory_storage()
-    target = paths.entry_storage_name(agent_id=agent_id, name=name)
-    lock_name = f"{paths.entries_dir(agent_id=agent_id)}/entries"
-    with _exclusive(storage=storage, agent_id=agent_id, name=lock_name):
-        paths.filesystem_path(storage=storage, agent_id=agent_id, name=target)
+    root = _root(storage, agent_id)
+    if root is None:
+        return False
+    target = paths.entry_storage_name(root=root, name=stem)
+    lock_name = f"{paths.entries_dir(root=root)}/entries"
+    with fileio.exclusive(storage=storage, root=root, name=lock_name):
+        paths.filesystem_path(storage=storage, root=root, name=target)
         if not storage.exists(target):
             return False
-        storage.delete(target)
+        try:
+            storage.delete(target)
+        finally:
+            index.forget(storage=storage, root=root, stem=stem)
         return True
 
 
-def _document(entry: MemoryEntry) -> str:
-    return " ".join([entry.content, *entry.tags])
+def _ranked(entries: index.EntrySet, query: str) -> list[tuple[float, int]]:
+    """(score, position) of the entries sharing a term with `query`, best first; entries are
+    newest-first already and sort() is stable, so ties keep that order."""
+    scores = entries.bm25.scores(query or "")
+    return sorted(
+        ((s, i) for i, s in enumerate(scores) if s > 0), key=lambda pair: pair[0], reverse=True
+    )
 
 
 def entry_search(*, agent_id: int, query: str, limit: int = 10) -> list[tuple[float, MemoryEntry]]:
@@ -520,103 +383,47 @@ def entry_search(*, agent_id: int, query: str, limit: int = 10) -> list[tuple[fl
     """
     if limit <= 0:
         return []
-    entries = entry_list(agent_id=agent_id)
-    scores = bm25_scores(query=query, documents=[_document(e) for e in entries])
-    # entries are already newest-first and sort() is stable, so ties keep that order.
-    ranked = sorted(
-        ((s, e) for s, e in zip(scores, entries, strict=True) if s > 0),
-        key=lambda pair: pair[0],
-        reverse=True,
-    )
-    return ranked[:limit]
-
-
-def _render_for_prompt(entry: MemoryEntry) -> str:
-    # Continuation lines are indented so a multi-line entry stays one list item.
-    return "- " + re.sub(r"\n\s*", "\n  ", entry.content.strip())
+    storage = get_memory_storage()
+    entries = index.entry_set(storage=storage, root=_root(storage, agent_id))
+    return [(s, entries.entries[i]) for s, i in _ranked(entries, query)[:limit]]
 
 
 def entries_for_prompt(*, agent_id: int, query: str, max_runes: int) -> str:
-    """Long-term memory as a markdown list for the system prompt: entries relevant to `query`
-    (the BM25 of `entry_search`) first, then the rest newest first, never longer than
-    `max_runes` characters. An entry that does not fit is skipped and smaller ones after it
-    may still go in, so one oversized entry cannot crowd out all memory. '' when none."""
+    """Long-term memory as a markdown list for the system prompt (`entries_prompt_text` of the
+    agent's entries)."""
     if max_runes <= 0:
         return ""
-    entries = entry_list(agent_id=agent_id)
-    scores = bm25_scores(query=query or "", documents=[_document(e) for e in entries])
-    relevant = sorted(
-        ((s, e) for s, e in zip(scores, entries, strict=True) if s > 0),
-        key=lambda pair: pair[0],
-        reverse=True,
+    return entries_prompt_text(
+        entries=entry_list(agent_id=agent_id), query=query, max_runes=max_runes
     )
-    ordered = [e for _, e in relevant] + [e for s, e in zip(scores, entries, strict=True) if s <= 0]
+
+
+def entries_prompt_text(*, entries: list[MemoryEntry], query: str, max_runes: int) -> str:
+    """`entries` (newest first, as `entry_list` returns them) as a markdown list for the system
+    prompt: those relevant to `query` (the BM25 of `entry_search`) first, then the rest newest
+    first, never longer than `max_runes` characters. An entry that does not fit is skipped and
+    smaller ones after it may still go in, so one oversized entry cannot crowd out all memory.
+    '' when none. No I/O: one load of the entries serves several queries, and the list from
+    `entry_list` carries its cached index, so nothing is tokenised again."""
+    if max_runes <= 0 or not entries:
+        return ""
+    ranked = getattr(entries, "entry_set", None)
+    if ranked is None:
+        ranked = index.EntrySet.build(
+            {e.name: index.item_for(e) for e in entries}, {}, order=list(entries)
+        )
+    relevant = [i for _, i in _ranked(ranked, query)]
+    chosen = set(relevant)
+    order = relevant + [i for i in range(len(ranked.entries)) if i not in chosen]
     lines: list[str] = []
     used = 0
-    for entry in ordered:
-        line = _render_for_prompt(entry)
+    for position in order:
+        line = ranked.lines[position]
         cost = len(line) + (1 if lines else 0)  # the joining newline
         if used + cost > max_runes:
             continue
         lines.append(line)
         used += cost
+        if used >= max_runes:
+            break  # nothing more can fit
     return "\n".join(lines)
-
-
-# --- workspace -----------------------------------------------------------------------------
-
-
-def workspace_list(*, agent_id: int) -> list[str]:
-    """Workspace-relative paths of all files, sorted. Names we would refuse to write (hidden
-    files, temp files, odd characters) and anything resolving outside the agent folder are
-    left out rather than reported."""
-    storage = get_memory_storage()
-    root = paths.workspace_dir(agent_id=agent_id)
-    found: list[str] = []
-    pending: list[tuple[str, int]] = [("", 1)]
-    while pending and len(found) < WORKSPACE_MAX_FILES_LISTED:
-        prefix, depth = pending.pop()
-        dirs, files = _listdir(storage, f"{root}/{prefix}".rstrip("/"))
-        for filename in files:
-            rel = f"{prefix}{filename}"
-            with contextlib.suppress(UnsafeName):
-                paths.filesystem_path(
-                    storage=storage,
-                    agent_id=agent_id,
-                    name=paths.workspace_storage_name(agent_id=agent_id, path=rel),
-                )
-                found.append(rel)
-        if depth >= paths.WORKSPACE_MAX_DEPTH:
-            continue  # also what stops a symlink loop inside the folder
-        for dirname in dirs:
-            rel = f"{prefix}{dirname}"
-            with contextlib.suppress(UnsafeName):
-                paths.filesystem_path(
-                    storage=storage,
-                    agent_id=agent_id,
-                    name=paths.workspace_storage_name(agent_id=agent_id, path=rel),
-                )
-                pending.append((f"{rel}/", depth + 1))
-    return sorted(found[:WORKSPACE_MAX_FILES_LISTED])
-
-
-def workspace_read(*, agent_id: int, path: str) -> str:
-    """A workspace file as text (invalid UTF-8 replaced). TooLarge above WORKSPACE_MAX_BYTES."""
-    storage = get_memory_storage()
-    name = paths.workspace_storage_name(agent_id=agent_id, path=path)
-    data = _read_bytes(storage=storage, agent_id=agent_id, name=name, max_bytes=WORKSPACE_MAX_BYTES)
-    if data is None:
-        raise MemoryNotFound(f"no workspace file {path!r}")
-    return _decode(data)
-
-
-def workspace_write(*, agent_id: int, path: str, content: str) -> None:
-    """Create or atomically replace a workspace file. TooLarge above WORKSPACE_MAX_BYTES."""
-    storage = get_memory_storage()
-    name = paths.workspace_storage_name(agent_id=agent_id, path=path)
-    if not isinstance(content, str):
-        raise TypeError("workspace content must be a string")
-    data = content.encode("utf-8")
-    if len(data) > WORKSPACE_MAX_BYTES:
-        raise TooLarge(f"workspace file is larger than {WORKSPACE_MAX_BYTES} bytes")
-    _replace(storage=storage, agent_id=agent_id, name=name, data=data)

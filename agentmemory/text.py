@@ -102,24 +102,43 @@ def bm25_scores(*, query: str, documents: Sequence[str]) -> list[float]:
     count of d. The "+1" inside the log keeps idf positive even for a term in every document,
     so a term that matches always helps. Documents sharing no query term score 0.
     """
-    query_terms = set(tokens(query))
-    if not query_terms or not documents:
-        return [0.0] * len(documents)
-    counted = [Counter(tokens(doc)) for doc in documents]
-    n_docs = len(counted)
-    avgdl = (sum(sum(c.values()) for c in counted) / n_docs) or 1.0
-    doc_freq = {t: sum(1 for c in counted if t in c) for t in query_terms}
-    scores = []
-    for counts in counted:
-        length = sum(counts.values())
-        score = 0.0
+    return Bm25Index([Counter(tokens(doc)) for doc in documents]).scores(query)
+
+
+class Bm25Index:
+    """`bm25_scores` with the documents' side done once: term counts, lengths and an inverted
+    index, so scoring a query costs the postings of its terms, not a pass over every document
+    (the memory cache keeps one per agent; agentmemory/index.py). Immutable once built."""
+
+    def __init__(self, counted: Sequence[Counter[str]]) -> None:
+        self.n_docs = len(counted)
+        self.lengths = [sum(c.values()) for c in counted]
+        self.avgdl = (sum(self.lengths) / self.n_docs) if self.n_docs else 1.0
+        self.avgdl = self.avgdl or 1.0
+        self.postings: dict[str, list[tuple[int, int]]] = {}
+        for index, counts in enumerate(counted):
+            for term, tf in counts.items():
+                self.postings.setdefault(term, []).append((index, tf))
+
+    def scores(self, query: str) -> list[float]:
+        scores = [0.0] * self.n_docs
+        query_terms = set(tokens(query))
+        if not query_terms or not self.n_docs:
+            return scores
+        # Terms in the same order for every document, as the one-pass formula adds them, so
+        # the sums are bit-for-bit those of scoring each document on its own.
         for term in query_terms:
-            tf = counts.get(term, 0)
-            if not tf:
+            postings = self.postings.get(term)
+            if not postings:
                 continue
-            idf = math.log(1 + (n_docs - doc_freq[term] + 0.5) / (doc_freq[term] + 0.5))
-            score += (
-                idf * tf * (BM25_K1 + 1) / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / avgdl))
-            )
-        scores.append(score)
-    return scores
+            df = len(postings)
+            idf = math.log(1 + (self.n_docs - df + 0.5) / (df + 0.5))
+            for index, tf in postings:
+                length = self.lengths[index]
+                scores[index] += (
+                    idf
+                    * tf
+                    * (BM25_K1 + 1)
+                    / (tf + BM25_K1 * (1 - BM25_B + BM25_B * length / self.avgdl))
+                )
+        return scores

@@ -22,6 +22,10 @@ def _guarded(fn: Callable[[ToolContext, dict[str, Any]], str]) -> Callable[..., 
     def run(context: ToolContext, arguments: dict[str, Any]) -> str:
         try:
             return fn(context, arguments)
+        except store.FolderNotOwned:
+            raise ToolError("refused: this agent's memory folder is not available") from None
+        except store.MemoryFull as exc:
+            raise ToolError(f"refused: {exc}") from None
         except store.UnsafeName as exc:
             raise ToolError(f"refused: unsafe name ({exc})") from None
         except store.TooLarge as exc:

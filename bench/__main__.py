@@ -10,7 +10,9 @@ from pathlib import Path
 
 from bench import context as context_bench
 from bench import history as history_bench
+from bench import realmodel as realmodel_bench
 from bench import realtime as realtime_bench
+from bench import ttft as ttft_bench
 from bench import ui as ui_bench
 from bench.report import write_section
 
@@ -22,6 +24,9 @@ BENCHMARKS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[
     "ui": (ui_bench.add_arguments, ui_bench.run),
     "realtime": (realtime_bench.add_arguments, realtime_bench.run),
     "context": (context_bench.add_arguments, context_bench.run),
+    "ttft": (ttft_bench.add_arguments, ttft_bench.run),
+    # Not in the default run: it needs the realllm extra and takes minutes.
+    "realmodel": (realmodel_bench.add_arguments, realmodel_bench.run),
 }
 
 
@@ -37,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     for add_arguments, _run in BENCHMARKS.values():
         add_arguments(parser)
     args = parser.parse_args(argv)
-    names = args.names or list(BENCHMARKS)
+    names = args.names or [name for name in BENCHMARKS if name != "realmodel"]
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")

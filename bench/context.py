@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import ServerProcess
+from bench.procs import NO_LIMITS, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 # The shipped defaults, spelled out so the table says what ran. Both strategies get the same.
@@ -46,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _env(*, db: Path, fake_url: str, strategy: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(KNOBS)
+    env.update(NO_LIMITS)
     env.update(
         DATABASE_URL=f"sqlite:///{db}",
         CHAT_CONTEXT_STRATEGY=strategy,

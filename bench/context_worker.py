@@ -41,16 +41,12 @@ def _question(rng: random.Random, turn: int) -> str:
 def _send(*, session: Any, content: str) -> Any:
     from asgiref.sync import async_to_sync
 
-    from chat.services.messages import turn_start
-    from chat.services.reply import reply_generate
+    from chat.turn import reply_generate, turn_open
 
-    started = turn_start(session=session, content=content, client_id=None)
-    assert started.assistant_message is not None
-    return async_to_sync(reply_generate)(
-        session_id=session.pk,
-        assistant_message_id=started.assistant_message.pk,
-        query=content,
+    turn = async_to_sync(turn_open)(
+        user=session.owner, session_id=session.pk, content=content, client_id=None
     )
+    return async_to_sync(reply_generate)(turn=turn).message
 
 
 def conversation(*, turns: int, fake_url: str) -> dict[str, Any]:
@@ -62,7 +58,7 @@ def conversation(*, turns: int, fake_url: str) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
 
     from chat.models import ChatSession
-    from chat.services.background import background_wait
+    from chat.workers import background_wait
 
     user, _ = get_user_model().objects.get_or_create(username="bench-context")
     session = ChatSession.objects.create(

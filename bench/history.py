@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import ServerProcess
+from bench.procs import NO_LIMITS, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -86,6 +86,7 @@ def _log(message: str) -> None:
 
 def _child_env(*, database_url: str, conn_max_age: int) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(NO_LIMITS)
     env.update(
         DATABASE_URL=database_url,
         CADAU_URLCONF="bench.urls",

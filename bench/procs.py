@@ -32,6 +32,19 @@ CHROMIUM_ARGS = [
 ]
 
 
+# A benchmark (or a browser test) is one user driving load on purpose: the per-user limits a
+# public instance sets would measure themselves (cadau/settings.py has their defaults).
+NO_LIMITS = {
+    "THROTTLE_CHAT_SEND": "off",
+    "THROTTLE_SESSION_CREATE": "off",
+    "THROTTLE_LOGIN_IP": "off",
+    "THROTTLE_LOGIN_USERNAME": "off",
+    "CHAT_MAX_CONCURRENT_REPLIES": "0",
+    "CHAT_MAX_SOCKETS_PER_USER": "0",
+    "WS_MAX_FRAMES_PER_MINUTE": "0",
+}
+
+
 def database_url(settings_dict: dict[str, Any]) -> str:
     """DATABASE_URL of a Django connection's settings, so a child process can open the same
     database (tests pass the test database pytest-django created)."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from bench.procs import ServerProcess, free_port, listening_sockets
+from bench.procs import NO_LIMITS, ServerProcess, free_port, listening_sockets
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -70,7 +70,7 @@ ANALYSIS: list[str] = [
     "httpx's API (~140 -> ~70 us of CPU per chunk; chat/llm/transport.py); events reach this "
     "process's sockets straight into their outbox instead of through the channel layer, and "
     "deltas cross Redis only while another process watches the session "
-    "(chat/services/events.py); a send's database work takes 4 trips instead of 10, on "
+    "(chat/events.py); a send's database work takes 4 trips instead of 10, on "
     "persistent connections, in the thread pool rather than queued behind one thread; frames "
     "are encoded with orjson; the fake model writes all streams from one pacer thread "
     "instead of 200 sleeping ones (~45% of a core before). Next: a send reuses the rows it "
@@ -230,6 +230,7 @@ class _RssSampler:
 
 def _env(*, database_url: str, llm_url: str) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(NO_LIMITS)
     env.update(
         DATABASE_URL=database_url,
         DEBUG="false",

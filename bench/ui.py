@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.procs import CHROMIUM, CHROMIUM_ARGS, ServerProcess
+from bench.procs import CHROMIUM, CHROMIUM_ARGS, NO_LIMITS, ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -66,6 +66,7 @@ def _log(message: str) -> None:
 
 def _env(db: Path) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(NO_LIMITS)
     env.update(
         DATABASE_URL=f"sqlite:///{db}",
         DJANGO_SETTINGS_MODULE="cadau.settings",

@@ -13,18 +13,20 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from cadau.bodylimit import BodySizeLimit  # noqa: E402
+from cadau.origins import SameOriginValidator  # noqa: E402
 from chat.consumers import SERVER_SEND  # noqa: E402
 from chat.llm.transport import mark_loop_long_lived  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
+        # Refused before Django would read all of it (cadau/bodylimit.py).
+        "http": BodySizeLimit(django_asgi_app, max_bytes=settings.HTTP_MAX_BODY_BYTES),
+        # Scheme, host and port of the Origin, not just the host (cadau/origins.py).
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
 

@@ -1,10 +1,11 @@
 """Rolling-context configuration: the `CHAT_CONTEXT_*` knobs.
 
 Precedence (lowest to highest): built-in defaults, environment variables, the `chat_context`
-section of the JSON file named by `CADAU_CONFIG` (the seed's `mindlink.json`: the file overrides
-the environment, as the seed specifies), then per-agent overrides in `Agent.config_json`
-(`context` key). Every value is validated; a bad one raises ImproperlyConfigured naming the key,
-so a typo stops start-up instead of silently running with a default.
+section of the JSON file named by `CADAU_CONFIG`, or else of `mindlink.json` in the working
+directory (the seed's file: it overrides the environment, as the seed specifies), then per-agent
+overrides in `Agent.config_json` (`context` key). Every value is validated; a bad one raises
+ImproperlyConfigured naming the key, so a typo stops start-up instead of silently running with
+a default.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class ContextConfig:
     history_read_limit: int = 8000
     summary_max_runes: int = 6000
     strategy: str = "cadau"
+    # The model's context window in tokens (0: not configured; the engine then uses what it
+    # learned from the server, if anything). LLM_CONTEXT_WINDOW_TOKENS sets it too.
+    window_tokens: int = 0
 
     @property
     def threshold_runes(self) -> int:
@@ -63,6 +67,7 @@ _INT_BOUNDS: dict[str, tuple[int, int]] = {
     "max_rounds": (1, 1_000),
     "history_read_limit": (10, 1_000_000),
     "summary_max_runes": (200, 1_000_000),
+    "window_tokens": (0, 100_000_000),
 }
 KNOBS = (*_INT_BOUNDS.keys(), "strategy")
 
@@ -109,12 +114,69 @@ def _build(*, base: ContextConfig, values: Mapping[str, Any], source: str) -> Co
     return cfg
 
 
+# Knobs whose growth costs the operator more model use; an agent of a user who is not staff
+# may lower them, never raise them past the server's own values (`context_over_cap`).
+COST_KNOBS = (
+    "input_budget_runes",
+    "history_read_limit",
+    "max_rounds",
+    "summary_max_runes",
+    "roll_batch",
+)
+
+
+def context_over_cap(cfg: ContextConfig, *, cap: ContextConfig) -> list[tuple[str, Any, Any]]:
+    """(knob, value, cap) for each knob of `cfg` past the server's `cap`: the cost knobs, the
+    hard limit (compared as the limit in force) and the strategy (the seed's loop summarises
+    on every send)."""
+    over = [
+        (k, getattr(cfg, k), getattr(cap, k))
+        for k in COST_KNOBS
+        if getattr(cfg, k) > getattr(cap, k)
+    ]
+    if cfg.effective_hard_limit_runes > cap.effective_hard_limit_runes:
+        over.append(
+            ("hard_limit_runes", cfg.effective_hard_limit_runes, cap.effective_hard_limit_runes)
+        )
+    if cfg.strategy != cap.strategy:
+        over.append(("strategy", cfg.strategy, cap.strategy))
+    return over
+
+
+def context_capped(cfg: ContextConfig, *, cap: ContextConfig) -> ContextConfig:
+    """`cfg` with every knob past `cap` brought back to it."""
+    over = context_over_cap(cfg, cap=cap)
+    if not over:
+        return cfg
+    changes = {key: getattr(cap, key) for key, _value, _cap in over}
+    return dataclasses.replace(cfg, **changes)
+
+
+#: The original's configuration file, read from the working directory when CADAU_CONFIG is unset.
+DEFAULT_CONFIG_NAME = "mindlink.json"
+
+
+def config_path_find(*, environ: Mapping[str, str], cwd: Path) -> str | None:
+    """The configuration file to read: CADAU_CONFIG when set; else `mindlink.json` in the
+    working directory when there is one, as the original looked for it (an operator moving a
+    deployment over keeps its file where it was). CADAU_CONFIG set to "" reads no file at all,
+    for a process that must not pick up a stray mindlink.json from where it was started."""
+    explicit = environ.get("CADAU_CONFIG")
+    if explicit is not None:
+        return explicit.strip() or None
+    candidate = cwd / DEFAULT_CONFIG_NAME
+    return str(candidate) if candidate.is_file() else None
+
+
 def load_chat_context(*, environ: Mapping[str, str], config_path: str | None) -> ContextConfig:
     from_env = {
         key: environ[ENV_PREFIX + key.upper()]
         for key in KNOBS
         if ENV_PREFIX + key.upper() in environ
     }
+    # The window is the model's, so it also goes by the LLM_ name next to LLM_MODEL.
+    if "window_tokens" not in from_env and environ.get("LLM_CONTEXT_WINDOW_TOKENS"):
+        from_env["window_tokens"] = environ["LLM_CONTEXT_WINDOW_TOKENS"]
     cfg = _build(base=ContextConfig(), values=from_env, source="environment CHAT_CONTEXT_*")
     if not config_path:
         return cfg

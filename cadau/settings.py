@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import os
 import tempfile
+import zoneinfo
 from pathlib import Path
 from typing import Any
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from cadau.contextconfig import load_chat_context
+from cadau.contextconfig import config_path_find, load_chat_context
+from cadau.rates import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -31,15 +33,65 @@ def _strict(fn: Any, name: str, **kwargs: Any) -> Any:
         raise ImproperlyConfigured(f"{name}: {exc}") from exc
 
 
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _bool(name: str, *, default: bool) -> bool:
+    """Strict: django-environ reads any unknown word ("maybe", "ture") as False."""
+    raw = env.str(name, default="").strip().lower()
+    if not raw:
+        return default
+    if raw in _TRUE | _FALSE:
+        return raw in _TRUE
+    raise ImproperlyConfigured(f"{name}: expected true or false, got {raw!r}")
+
+
+def _int(name: str, *, default: int, minimum: int = 0) -> int:
+    value: int = _strict(env.int, name, default=default)
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
 SECRET_KEY: str = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
     raise ImproperlyConfigured(
         "SECRET_KEY is not set. `make run` writes one into .env.local; in production set it in "
         "the environment."
     )
-DEBUG: bool = _strict(env.bool, "DEBUG", default=False)
+DEBUG: bool = _bool("DEBUG", default=False)
 ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- HTTPS ------------------------------------------------------------------------------------
+# BEHIND_TLS_PROXY declares a TLS-terminating proxy in front that sets X-Forwarded-Proto (and
+# overwrites whatever a client sent in it). Only then may the header be trusted: without a proxy
+# any client could claim https. Declared and not DEBUG, HTTPS is on by default: redirect plain
+# HTTP, secure-only cookies, HSTS. Each can still be set on its own, e.g. when the app server
+# terminates TLS itself (no proxy: SESSION_COOKIE_SECURE=true, SECURE_HSTS_SECONDS=...).
+BEHIND_TLS_PROXY: bool = _bool("BEHIND_TLS_PROXY", default=False)
+SECURE_PROXY_SSL_HEADER: tuple[str, str] | None = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if BEHIND_TLS_PROXY else None
+)
+_https_default = BEHIND_TLS_PROXY and not DEBUG
+SECURE_SSL_REDIRECT: bool = _bool("SECURE_SSL_REDIRECT", default=_https_default)
+# Paths (regexes, no leading slash) answered over plain HTTP too, e.g. a load balancer's probe.
+SECURE_REDIRECT_EXEMPT: list[str] = env.list("SECURE_REDIRECT_EXEMPT", default=[])
+SESSION_COOKIE_SECURE: bool = _bool("SESSION_COOKIE_SECURE", default=_https_default)
+CSRF_COOKIE_SECURE: bool = _bool("CSRF_COOKIE_SECURE", default=_https_default)
+# A year once on. HSTS is sticky in browsers: an operator unsure of their TLS set-up starts with
+# a few minutes (SECURE_HSTS_SECONDS=300) and raises it.
+SECURE_HSTS_SECONDS: int = _int("SECURE_HSTS_SECONDS", default=31_536_000 if _https_default else 0)
+# Covers only names under the host that sends it (*.chat.example.com), not its parent domain.
+SECURE_HSTS_INCLUDE_SUBDOMAINS: bool = _bool(
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS", default=SECURE_HSTS_SECONDS > 0
+)
+SECURE_HSTS_PRELOAD: bool = _bool("SECURE_HSTS_PRELOAD", default=False)
+# check --deploy asks for `preload` (W021). Joining the browsers' preload lists is a decision
+# for whoever owns the registrable domain, not an app default, so that one check stays quiet
+# until an operator opts in with SECURE_HSTS_PRELOAD=true.
+SILENCED_SYSTEM_CHECKS: list[str] = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
 INSTALLED_APPS = [
     "daphne",
@@ -54,14 +106,16 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
+    "cadau.apps.CadauConfig",
     "chat",
     "agentmemory",
+    "devtools",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "chat.middleware.ContentSecurityPolicyMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "chat.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -119,10 +173,24 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # their connection with them. Health checks replace a connection the server dropped.
 DATABASES["default"]["CONN_MAX_AGE"] = _strict(env.int, "DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# PostgreSQL: a pool of connections per process (psycopg_pool). Django runs each HTTP request's
+# sync code in a thread of its own under ASGI, so without a pool every request opened a new
+# PostgreSQL backend, several milliseconds before a send could store anything (bench ttft).
+DB_POOL: bool = _bool("DB_POOL", default=True)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": _strict(env.int, "DB_POOL_MIN_SIZE", default=2),
+        "max_size": _strict(env.int, "DB_POOL_MAX_SIZE", default=20),
+        # A request waits this long for a free connection, then fails rather than hangs.
+        "timeout": _strict(env.float, "DB_POOL_TIMEOUT_SECONDS", default=10.0),
+    }
+    # The pool keeps the connections; Django must hand each back after use.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels: in-memory layer unless REDIS_URL is set ----------------------------------------
 REDIS_URL: str = env.str("REDIS_URL", default="")
+REDIS_PREFIX: str = env.str("REDIS_PREFIX", default="cadau")
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -130,13 +198,20 @@ if REDIS_URL:
             "CONFIG": {
                 # redis-py's pool refuses (MaxConnectionsError) past 100 commands in flight; a
                 # burst of a few hundred sockets connecting at once needs more.
+                # socket_timeout: redis-py 8 reads with a 5 s timeout by default, and a socket's
+                # receive is a BZPOPMIN that blocks up to 5 s: every idle socket's consumer
+                # died with "Timeout reading from" Redis. Longer than the blocking read, still
+                # finite so a dead connection is noticed.
                 "hosts": [
                     {
                         "address": REDIS_URL,
                         "max_connections": _strict(env.int, "REDIS_MAX_CONNECTIONS", default=1000),
+                        "socket_timeout": _strict(
+                            env.float, "REDIS_SOCKET_TIMEOUT_SECONDS", default=30.0
+                        ),
                     }
                 ],
-                "prefix": env.str("REDIS_PREFIX", default="cadau"),
+                "prefix": REDIS_PREFIX,
             },
         }
     }
@@ -144,23 +219,93 @@ else:
     # Channels' in-memory layer with its expiry sweep throttled (see chat/layers.py).
     CHANNEL_LAYERS = {"default": {"BACKEND": "chat.layers.InMemoryChannelLayer"}}
 
+# --- Cache: rate-limit counters and login lockouts --------------------------------------------
+# Redis when REDIS_URL is set, so a limit holds across every server process; otherwise this
+# process's memory (one process is all `make run` starts).
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": f"{REDIS_PREFIX}:cache",
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# --- Rate limits (cadau/limits.py) -------------------------------------------------------------
+# scope -> "N/period" (s, min, hour, day) or "off"; each is THROTTLE_<SCOPE> in the environment.
+_RATE_DEFAULTS = {
+    # Every login route (token endpoint, login form, admin login) per client address, and
+    # per username across addresses: each guess costs ~0.3 s of password hashing.
+    "login_ip": "20/min",
+    "login_username": "10/min",
+    # Per user.
+    "session_create": "30/min",
+    # Reading a session's compaction history (the page's panel pages through it).
+    "context_read": "120/min",
+    "agent_create": "10/min",
+    # Messages a user may send (and replies regenerate), REST and WebSocket together.
+    "chat_send": "30/min",
+}
+
+
+def _rates(defaults: dict[str, str]) -> dict[str, str]:
+    out = {}
+    for scope, default in defaults.items():
+        name = f"THROTTLE_{scope.upper()}"
+        value = env.str(name, default=default).strip().lower()
+        try:
+            rate_parse(value)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {exc}") from exc
+        out[scope] = value
+    return out
+
+
+RATE_LIMITS: dict[str, str] = _rates(_RATE_DEFAULTS)
+# This many failed logins for one username from one address within LOGIN_LOCKOUT_SECONDS lock
+# that pair out for LOGIN_LOCKOUT_SECONDS (cadau/logins.py); 0 turns the lockout off.
+LOGIN_FAILURE_LIMIT: int = _int("LOGIN_FAILURE_LIMIT", default=5)
+LOGIN_LOCKOUT_SECONDS: int = _int("LOGIN_LOCKOUT_SECONDS", default=900, minimum=1)
+
 # --- Auth ---------------------------------------------------------------------------------
+AUTHENTICATION_BACKENDS = [
+    # Refuses a locked-out (username, address) pair before any password is hashed.
+    "cadau.logins.LockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# API tokens live until revoked (DELETE /api/v1/auth/token) or the password changes; with a
+# maximum age (seconds, 0 = none) an older token is refused with 401 and deleted.
+API_TOKEN_MAX_AGE_SECONDS: int = _int("API_TOKEN_MAX_AGE_SECONDS", default=0)
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
 # --- i18n -----------------------------------------------------------------------------------
-LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+# The language of pages for a browser that asks for none of LANGUAGES, and of the summary's
+# heading when the summary itself says nothing (CHAT_SUMMARY_HEADING below).
+LANGUAGE_CODE: str = env.str("LANGUAGE_CODE", default="en").strip().lower()
+if LANGUAGE_CODE not in dict(LANGUAGES):
+    raise ImproperlyConfigured(
+        f"LANGUAGE_CODE: expected one of {', '.join(dict(LANGUAGES))}, got {LANGUAGE_CODE!r}"
+    )
 LOCALE_PATHS = [BASE_DIR / "locale"]
 USE_I18N = True
-TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+# An IANA name (Asia/Shanghai). Stored times are UTC; this is the zone daily notes are dated
+# in for agents without one of their own (agentmemory/clock.py), and the admin's display zone.
+TIME_ZONE: str = env.str("TIME_ZONE", default="UTC").strip()
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+    raise ImproperlyConfigured(f"TIME_ZONE: not an IANA time zone name: {TIME_ZONE!r}") from exc
 USE_TZ = True
 
 # --- Static files: served by the app itself (whitenoise), no CDN -----------------------------
@@ -170,15 +315,25 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 # for a deployment that runs collectstatic (whitenoise warns at start-up if it points nowhere).
 STATIC_ROOT: str | None = env.str("STATIC_ROOT", default="") or None
 
+# --- Request size --------------------------------------------------------------------------
+# Every HTTP body over this is refused with 413 before Django reads it (cadau/bodylimit.py),
+# and every WebSocket frame over WS_MAX_FRAME_BYTES with a `bad_request` error. A message at
+# CHAT_MAX_MESSAGE_RUNES characters, \u-escaped in JSON, fits in both.
+CHAT_MAX_MESSAGE_RUNES: int = _int("CHAT_MAX_MESSAGE_RUNES", default=200_000, minimum=1)
+HTTP_MAX_BODY_BYTES: int = _int("HTTP_MAX_BODY_BYTES", default=2_621_440, minimum=1024)
+WS_MAX_FRAME_BYTES: int = _int("WS_MAX_FRAME_BYTES", default=2_621_440, minimum=1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = HTTP_MAX_BODY_BYTES
+
 # --- REST framework -------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        # DRF's TokenAuthentication plus the maximum age, and 401 for a bad key (cadau/tokens.py).
+        "cadau.tokens.ExpiringTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["chat.api.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "chat.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -197,6 +352,10 @@ SPECTACULAR_SETTINGS = {
 RUNTIME_DIR = Path(env.str("RUNTIME_DIR", default=str(BASE_DIR / "runtime"))).resolve()
 # Agent memory files: "" = files under RUNTIME_DIR; or a STORAGES alias / dotted Storage path.
 AGENT_MEMORY_STORAGE: str = env.str("AGENT_MEMORY_STORAGE", default="")
+# Per agent: long-term entries (one fact each) and workspace files. Past them a write of a new
+# one is refused with a clear error (the API's 409 memory_full, a tool error for the model).
+AGENT_MEMORY_MAX_ENTRIES: int = _int("AGENT_MEMORY_MAX_ENTRIES", default=1000, minimum=1)
+AGENT_WORKSPACE_MAX_FILES: int = _int("AGENT_WORKSPACE_MAX_FILES", default=1000, minimum=1)
 # Extra agent tools: dotted paths to chat.tools.Tool objects (see chat/tools.py). An agent gets
 # them only when its config_json "tools" list names them; built-ins are on by default.
 AGENT_TOOLS: list[str] = env.list("AGENT_TOOLS", default=[])
@@ -210,18 +369,45 @@ LLM_CONNECT_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_CONNECT_TIMEOUT_SEC
 LLM_MAX_RETRIES: int = _strict(env.int, "LLM_MAX_RETRIES", default=2)
 # First retry waits this long, doubling (with jitter) up to 8 s; Retry-After wins when small.
 LLM_RETRY_BACKOFF_SECONDS: float = _strict(env.float, "LLM_RETRY_BACKOFF_SECONDS", default=0.5)
+# The models an agent of a user who is not staff may name (an agent's empty model means the
+# server's own). Default: the ones configured above.
+LLM_ALLOWED_MODELS: list[str] = env.list(
+    "LLM_ALLOWED_MODELS", default=[m for m in dict.fromkeys((LLM_MODEL, LLM_SUMMARY_MODEL)) if m]
+)
+# How many requests the model server answers at once, when it is few: 1 for llama.cpp's server
+# without --parallel and for llama-cpp-python. Then background compactions wait until this
+# process has no reply in flight (at most LLM_IDLE_WAIT_SECONDS). 0: not limited, don't wait.
+LLM_SERVER_SLOTS: int = _int("LLM_SERVER_SLOTS", default=0)
+LLM_IDLE_WAIT_SECONDS: float = _strict(env.float, "LLM_IDLE_WAIT_SECONDS", default=120.0)
 if LLM_BASE_URL and not LLM_BASE_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured("LLM_BASE_URL must start with http:// or https://")
+
+# The heading the session summary is sent to the model under (chat/context/heading.py): "auto"
+# follows the summary's language (Chinese gets the original's 【历史对话摘要…】), "en" or "zh"
+# forces one.
+CHAT_SUMMARY_HEADING: str = env.str("CHAT_SUMMARY_HEADING", default="auto").strip().lower()
+if CHAT_SUMMARY_HEADING not in ("auto", "en", "zh"):
+    raise ImproperlyConfigured(
+        f"CHAT_SUMMARY_HEADING: expected auto, en or zh, got {CHAT_SUMMARY_HEADING!r}"
+    )
 
 # A send that arrives while the session's previous reply is still generating waits this long
 # for it (a queue of one) before it is refused with `reply_in_progress`.
 CHAT_SEND_QUEUE_SECONDS: float = _strict(env.float, "CHAT_SEND_QUEUE_SECONDS", default=30.0)
+# Replies one user may have generating at once, over all their sessions (0: no limit), and
+# WebSockets one user may hold open in one server process (0: no limit).
+CHAT_MAX_CONCURRENT_REPLIES: int = _int("CHAT_MAX_CONCURRENT_REPLIES", default=4)
+CHAT_MAX_SOCKETS_PER_USER: int = _int("CHAT_MAX_SOCKETS_PER_USER", default=20)
+# Frames one WebSocket may send per minute; past it the socket is closed (4429).
+WS_MAX_FRAMES_PER_MINUTE: int = _int("WS_MAX_FRAMES_PER_MINUTE", default=120)
 # After a reply, compact in a background thread when the next turn would cross the threshold.
 CHAT_BACKGROUND_COMPACTION: bool = _strict(env.bool, "CHAT_BACKGROUND_COMPACTION", default=True)
 
-# Rolling-context knobs: environment, then the `chat_context` section of CADAU_CONFIG (the
-# seed's mindlink.json), which overrides the environment as the seed specifies.
-CADAU_CONFIG: str = env.str("CADAU_CONFIG", default="")
+# Rolling-context knobs: environment, then the `chat_context` section of the file CADAU_CONFIG
+# names, or, when it is unset, of mindlink.json in the working directory if there is one (the
+# seed's file, found where the original found it); the file overrides the environment as the
+# seed specifies. CADAU_CONFIG="" reads no file. The path read, or "".
+CADAU_CONFIG: str = config_path_find(environ=env.ENVIRON, cwd=Path.cwd()) or ""
 CHAT_CONTEXT = load_chat_context(environ=env.ENVIRON, config_path=CADAU_CONFIG or None)
 
 LOGGING = {

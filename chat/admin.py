@@ -10,13 +10,12 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from chat.api.errors import ApiError
+from chat.context import context_budget_for, context_reset, with_context_runes
+from chat.errors import ChatError
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
 from chat.services.agents import agent_config_validate
-from chat.services.background import background_submit
-from chat.services.budget import context_budget_for, with_context_runes
-from chat.services.context import context_reset
-from chat.services.reply import compact_with_events
+from chat.services.compaction import session_compact
+from chat.workers import background_submit
 
 _SNAPSHOT_FIELDS = ContextSnapshot.INSPECTION_FIELDS
 
@@ -62,8 +61,8 @@ class AgentAdminForm(forms.ModelForm):
         # The same rules as the API, so the admin cannot store a config the API would refuse.
         try:
             return agent_config_validate(config=self.cleaned_data.get("config_json"))
-        except ApiError as exc:
-            raise forms.ValidationError(str(exc.detail)) from None
+        except ChatError as exc:
+            raise forms.ValidationError(exc.message) from None
 
 
 @admin.register(Agent)
@@ -125,9 +124,7 @@ class ChatSessionAdmin(admin.ModelAdmin):
         # Summarising calls take seconds each; an operator's request must not wait on them.
         ids = list(queryset.values_list("pk", flat=True))
         for session_id in ids:
-            background_submit(
-                compact_with_events, session_id=session_id, trigger="admin", force=True
-            )
+            background_submit(session_compact, session_id=session_id, trigger="admin", force=True)
         self.message_user(
             request, f"Compaction queued for {len(ids)} session(s); see their snapshots."
         )

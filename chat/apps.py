@@ -5,3 +5,9 @@ class ChatConfig(AppConfig):
     name = "chat"
     verbose_name = "Chat"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # A logout, a password change or a deactivation closes the user's sockets.
+        from chat.services import sockets
+
+        sockets.connect_signals()

@@ -1,7 +1,8 @@
 """WebSocket `/ws/chat/<session_id>/`: the realtime face of a chat session (SPEC, "API contract").
 
-Thin on purpose: the handshake checks, framing and dispatch live here; storing turns, running
-and cancelling replies live in chat.services.realtime and chat.services.reply.
+Thin on purpose: the handshake checks, framing, dispatch and the translation of domain errors
+into `error` events live here; storing turns, running and cancelling replies live in the turn
+service (chat/turn/).
 
 Handshake. Refused before `accept` (Daphne then answers the upgrade with HTTP 403; an ASGI test
 client sees the close code):
@@ -19,7 +20,7 @@ Client -> server:
 
 Server -> client (every socket of the session, in every process, gets the same events: sockets
 of the publishing process straight from it, the others through the session's channel group,
-chat/services/events.py; events to "this socket only" are noted):
+chat/events.py; events to "this socket only" are noted):
 - `{"type": "message", "message": message}`: the stored user message of a send. Also sent to
   this socket only (a) right after connect when the session has a reply still generating:
   `message` is that assistant row with status `streaming` and its partial text, to which the
@@ -32,21 +33,26 @@ chat/services/events.py; events to "this socket only" are noted):
   already holds (after a resume, or a catch-up from another process) is cut off. `emitted_at`
   (optional metadata) is the LLM server's own emit time of the chunk when it reports one (the
   fake server's `x_emit_ts`); it lets a client measure the latency this server adds.
-- `{"type": "compaction", "state": "started" | "done" | "failed"}`.
+- `{"type": "compaction", "state": "started" | "done" | "failed" | "skipped"}`; the end of one also
+  carries `outcome` (committed, skipped, busy, conflict, failed, rejected), `messages_rolled`
+  and `context_budget` (the budget afterwards).
 - `{"type": "tool_call", "message": message}`: an assistant message with `tool_calls` (a round of
   the agent tool loop), and `{"type": "tool_result", "message": message}`: the stored `tool`
   message answering one call (`tool_call_id`). Emitted through the rounds seam
-  (chat/services/toolloop.py); this consumer forwards them like any other group event.
+  (chat/turn/toolloop.py); this consumer forwards them like any other group event.
 - `{"type": "done", "message": message, "context_budget": {...}}`: the stored reply, final
   status `complete`, `failed` or `cancelled`. To this socket only for a repeated client_id.
 - `{"type": "error", "code": str, "message": str}`: `bad_request` (not JSON, unknown type, wrong
   field types; the socket stays open), the REST send's codes (`invalid`, `message_too_large`,
-  `reply_in_progress`, `not_found`), `nothing_to_cancel`, and reply failures broadcast to the
-  group (`llm_stream_cut`, `llm_error`, `context_too_large`, followed by `done` with the partial
-  stored as `failed`).
+  `reply_in_progress`, `not_found`, and the limits' `throttled` and `too_many_replies`, which
+  carry `retry_after`: seconds, as the REST API's Retry-After), `nothing_to_cancel`, and reply
+  failures broadcast to the group (`llm_stream_cut`, `llm_error`, `context_too_large`, followed
+  by `done` with the partial stored as `failed`).
 
 Close codes after accept: 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
-for it (it can reconnect and resume).
+for it (it can reconnect and resume); 4429 after an `error` with `retry_after` for a socket
+past CHAT_MAX_SOCKETS_PER_USER or a frame past WS_MAX_FRAMES_PER_MINUTE; 4401 when the login
+the socket was opened with ends (logout, password change, deactivation: chat/services/sockets.py).
 """
 
 from __future__ import annotations
@@ -54,16 +60,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 import orjson
-from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
-from django.http import Http404
+from django.conf import settings
 
-from chat.selectors import session_for_user
-from chat.services.events import (
+from chat.errors import ChatError, NotFound
+from chat.events import (
     ORIGIN,
     LocalSocket,
     layer_is_shared,
@@ -71,14 +77,25 @@ from chat.services.events import (
     local_socket_remove,
     session_group,
 )
-from chat.services.realtime import (
-    control_group,
-    error_event,
-    socket_cancel,
-    socket_resume,
-    socket_send,
-    socket_watch,
+from chat.selectors import session_for_user
+from chat.services.sockets import (
+    SocketHandle,
+    login_group,
+    socket_register,
+    socket_unregister,
+    user_group,
 )
+from chat.text import json_text_problem
+from chat.turn import (
+    reply_cancel,
+    reply_resume,
+    reply_spawn,
+    reply_watch,
+    turn_open,
+    turn_repeat_events,
+)
+from chat.turn.registry import control_group
+from chat.workers import in_worker
 
 logger = logging.getLogger("chat.consumers")
 
@@ -88,12 +105,43 @@ SERVER_SEND = "cadau.server_send"
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
-# The client reads slower than its events arrive (chat.services.events.OUTBOX_LIMIT behind).
+# The client reads slower than its events arrive (chat.events.OUTBOX_LIMIT behind).
 CLOSE_TOO_SLOW = 4408
+# Too many sockets for the user (CHAT_MAX_SOCKETS_PER_USER), or frames for the socket
+# (WS_MAX_FRAMES_PER_MINUTE); an `error` event with `retry_after` comes first.
+CLOSE_TOO_MANY = 4429
+SOCKET_RETRY_SECONDS = 5
+
+
+def error_event(*, code: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "code": code, "message": message}
+
+
+def _error_event(exc: ChatError) -> dict[str, Any]:
+    event = error_event(code=exc.code, message=exc.message)
+    # A limit's refusal says when to come back, as the REST API's Retry-After does.
+    if exc.retry_after is not None:
+        event["retry_after"] = exc.retry_after
+    return event
+
+
+def _monotonic() -> float:
+    # One place to read the frame window's clock, so tests can move it.
+    return time.monotonic()
 
 
 def _bad_request(message: str) -> dict[str, Any]:
     return error_event(code="bad_request", message=message)
+
+
+def _utf8_length_over(text: str, limit: int) -> bool:
+    """Whether `text` takes more than `limit` bytes as UTF-8 (what the client sent): a frame
+    of Chinese is three bytes a character. Encodes only frames that could be over."""
+    if len(text) > limit:
+        return True
+    if len(text) * 4 <= limit:
+        return False
+    return len(text.encode("utf-8", "surrogatepass")) > limit
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -115,16 +163,45 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         # How much of each reply this socket has been sent (message id -> characters): a
         # piece it already holds (resume, a catch-up from another process) is trimmed.
         self._held: dict[int, int] = {}
+        self._handle: SocketHandle | None = None
+        self._closing: asyncio.Task[None] | None = None
+        self._control_groups: list[str] = []
+        # The login this socket was opened with has ended (`_revoke`): nothing more is done
+        # for it, whatever frames are still in flight.
+        self._revoked = False
+        # Frames in the current minute, against WS_MAX_FRAMES_PER_MINUTE.
+        self._frames = (0, 0)
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         try:
-            session = await database_sync_to_async(session_for_user)(
+            session = await in_worker(session_for_user)(
                 user=user, session_id=self.scope["url_route"]["kwargs"]["session_id"]
             )
-        except Http404:
+        except NotFound:
             await self.close(code=CLOSE_NOT_FOUND)
+            return
+        session_key = getattr(self.scope.get("session"), "session_key", None) or ""
+        self._handle = SocketHandle(
+            user_id=user.pk,
+            login=session_key,
+            loop=asyncio.get_running_loop(),
+            close=self._revoke,
+        )
+        if not socket_register(self._handle, cap=settings.CHAT_MAX_SOCKETS_PER_USER):
+            self._handle = None
+            await self.accept()
+            await self.send_json(
+                {
+                    **error_event(
+                        code="too_many_sockets",
+                        message="You have as many sockets open as this server allows.",
+                    ),
+                    "retry_after": SOCKET_RETRY_SECONDS,
+                }
+            )
+            await self.close(code=CLOSE_TOO_MANY)
             return
         self.session_id = session.pk
         self.group = session_group(session.pk)
@@ -135,10 +212,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         local_socket_add(self._local)
         await self.channel_layer.group_add(self.group, self.channel_name)
         if layer_is_shared(self.channel_layer):
-            await self.channel_layer.group_add(control_group(session.pk), self.channel_name)
+            # Control messages, and revocations sent from other processes.
+            self._control_groups = [control_group(session.pk), user_group(user.pk)]
+            if session_key:
+                self._control_groups.append(login_group(session_key))
+            for group in self._control_groups:
+                await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         self._open = True
-        resume = await socket_resume(session_id=self.session_id)
+        resume = await reply_resume(session_id=self.session_id)
+        if resume is not None and self._local.holds_message(
+            resume["message"]["id"], (resume["message"].get("metadata") or {}).get("reply_to", 0)
+        ):
+            # The reply began after this socket subscribed (a send just as it connected): the
+            # outbox holds the message it answers or its own announcement, and every event of
+            # it follows in order. A snapshot sent first would put the reply ahead of the
+            # message it answers, then announce it twice.
+            resume = None
         if resume is not None:
             message = resume["message"]
             self._held[message["id"]] = len(message["content"])
@@ -149,7 +239,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             # A reply is being generated, maybe in another process: ask for its deltas. (One
             # that starts later announces itself with chat.generating: this socket is already
             # in the control group.)
-            await socket_watch(session_id=self.session_id)
+            await reply_watch(session_id=self.session_id)
 
     async def websocket_disconnect(self, message: dict[str, Any]) -> None:
         # Channels' version, less its close_old_connections hop (see dispatch). This consumer
@@ -159,21 +249,21 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self._open = False
+        if self._handle is not None:
+            socket_unregister(self._handle)
         if self._local is not None:
             local_socket_remove(self._local)
         if self._writer is not None:
             self._writer.cancel()
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
-            if layer_is_shared(self.channel_layer):
-                await self.channel_layer.group_discard(
-                    control_group(self.session_id), self.channel_name
-                )
+        for group in self._control_groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
         # A queued send is left running: the user pressed send, the turn is theirs, and a
         # retry with the same client_id finds it.
 
     async def _forward_local(self, local: LocalSocket) -> None:
-        """Events published in this process, in order (chat/services/events.py)."""
+        """Events published in this process, in order (chat/events.py)."""
         try:
             while True:
                 batch = await local.take()
@@ -185,17 +275,57 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except Exception:  # the socket went away under us: disconnect() cleans up
             logger.debug("chat_socket_forward_stopped session=%s", self.session_id, exc_info=True)
 
+    def _revoke(self) -> None:
+        """The login this socket was opened with ended (chat/services/sockets.py). Frames the
+        client sent before the close reached it are dropped (`receive`), and a send waiting in
+        the session's queue is abandoned: neither may be stored on the ended credentials."""
+        self._revoked = True
+        if self._open:
+            self._closing = asyncio.ensure_future(self.close(code=CLOSE_UNAUTHENTICATED))
+
+    def _over_frame_rate(self) -> bool:
+        cap = settings.WS_MAX_FRAMES_PER_MINUTE
+        minute = int(_monotonic() // 60)
+        count = self._frames[1] + 1 if self._frames[0] == minute else 1
+        self._frames = (minute, count)
+        return bool(cap) and count > cap
+
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self._revoked:
+            return
+        if self._over_frame_rate():
+            # 5,000 bad frames in a second cost the server as much as 5,000 good ones.
+            await self.send_json(
+                {
+                    **error_event(code="throttled", message="Too many frames; reconnect later."),
+                    "retry_after": 60,
+                }
+            )
+            await self.close(code=CLOSE_TOO_MANY)
+            return
         if text_data is None:
             await self.send_json(_bad_request("Frames must be JSON text."))
             return
+        if _utf8_length_over(text_data, settings.WS_MAX_FRAME_BYTES):
+            await self.send_json(
+                _bad_request(f"The frame is over the limit of {settings.WS_MAX_FRAME_BYTES} bytes.")
+            )
+            return
         try:
             content = json.loads(text_data)
+        except RecursionError:
+            await self.send_json(_bad_request("The frame's JSON is nested too deeply."))
+            return
         except ValueError:
             await self.send_json(_bad_request("The frame is not valid JSON."))
             return
         if not isinstance(content, dict):
             await self.send_json(_bad_request("A frame must be a JSON object."))
+            return
+        # The REST API's parser applies the same check (chat/text.py).
+        problem = json_text_problem(content)
+        if problem:
+            await self.send_json(_bad_request(f"Invalid text: {problem}."))
             return
         await self.receive_json(content)
 
@@ -204,8 +334,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if kind == "send":
             await self._on_send(content)
         elif kind == "cancel":
-            for event in await socket_cancel(session_id=self.session_id):
-                await self.send_json(event)
+            try:
+                await reply_cancel(session_id=self.session_id)
+            except ChatError as exc:
+                await self.send_json(_error_event(exc))
         else:
             await self.send_json(_bad_request(f"Unknown frame type {kind!r}; send or cancel."))
 
@@ -229,11 +361,25 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self._pending_send = asyncio.ensure_future(self._send_turn(text, client_id))
 
     async def _send_turn(self, text: str, client_id: str | None) -> None:
-        events = await socket_send(
-            user=self.scope["user"], session_id=self.session_id, content=text, client_id=client_id
-        )
+        """Store the turn and start its reply; the session's sockets get its events. Only
+        errors and an idempotent repeat are for this socket alone."""
+        try:
+            turn = await turn_open(
+                user=self.scope["user"],
+                session_id=self.session_id,
+                content=text,
+                client_id=client_id,
+                abandoned=lambda: self._revoked,
+            )
+        except ChatError as exc:
+            events = [_error_event(exc)]
+        else:
+            if turn.created:
+                reply_spawn(turn=turn)
+                return
+            events = await turn_repeat_events(turn=turn)
         for event in events:
-            if self._open:
+            if self._open and not self._revoked:
                 await self.send_json(event)
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -258,10 +404,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if kind == "chat.generating":
             if message.get("origin") != ORIGIN:
                 # A reply started in another process: ask it for its deltas.
-                await socket_watch(session_id=self.session_id)
+                await reply_watch(session_id=self.session_id)
             return
         if kind in ("chat.watch", "chat.cancel"):
             return  # for generating processes, not sockets
+        if kind == "chat.revoke":
+            if message.get("origin") != ORIGIN:  # this process closed its own already
+                self._revoke()
+            return
         await super().dispatch(message)
 
     async def _forward(self, event: dict[str, Any]) -> None:

@@ -3,6 +3,8 @@ session's `context_summary` and its verbatim anchor, never a message row."""
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -19,6 +21,10 @@ class Agent(models.Model):
     system_prompt = models.TextField(blank=True, default="")
     model = models.CharField(max_length=200, blank=True, default="")
     config_json = models.JSONField(default=dict, blank=True)
+    # Names the agent's memory folder ({RUNTIME_DIR}/{memory_uuid}/). Random, not the id: ids
+    # restart with a fresh database, and agent 1 of a new user must not find agent 1's files
+    # of a previous one (agentmemory/folders.py checks the folder's owner marker too).
+    memory_uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -86,6 +92,11 @@ class MessageStatus(models.TextChoices):
     STREAMING = "streaming"
     FAILED = "failed"
     CANCELLED = "cancelled"
+
+
+# Rows that never go to the model: a reply still being written, or one that failed before it
+# finished. The context engine's tail read and the session list's budget estimate both skip them.
+EXCLUDED_FROM_MODEL = (MessageStatus.STREAMING, MessageStatus.FAILED)
 
 
 class ChatMessage(models.Model):
@@ -179,7 +190,7 @@ class ContextSnapshot(models.Model):
     trigger = models.CharField(max_length=32, blank=True, default="")
     strategy = models.CharField(max_length=16, blank=True, default="")
     summary = models.TextField(blank=True, default="")
-    # The range folded into the summary by this step (inclusive), and the state afterwards: the
+    # The range compacted into the summary by this step (inclusive), and the state afterwards: the
     # summary stands for every message with id <= summary_through_message_id.
     covers_from_message_id = models.BigIntegerField(null=True, blank=True)
     covers_to_message_id = models.BigIntegerField(null=True, blank=True)

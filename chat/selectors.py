@@ -1,58 +1,77 @@
 """Reads. The ownership check lives here, once: every route that takes a session or agent id
-goes through `session_for_user` / `agent_for_user`, which raise Http404 for anything the user
-does not own, so another user's object is indistinguishable from a missing one."""
+goes through `session_for_user` / `agent_for_user`, which raise NotFound (a 404) for anything
+the user does not own, so another user's object is indistinguishable from a missing one."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Substr
-from django.http import Http404
 
+from chat.context.budget import with_context_runes
 from chat.cursors import (
     decode_message_cursor,
     decode_session_list_cursor,
     encode_message_cursor,
     encode_session_list_cursor,
 )
+from chat.errors import NotFound
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot, MessageRole
-from chat.services.budget import with_context_runes
+from chat.queries import message_exists, message_rows
+
+AGENT_LIST_MAX = 500
+
+
+_ID = re.compile(r"[0-9]{1,19}")
 
 
 def _parse_id(value: Any) -> int:
-    try:
+    # ASCII digits only: int() also takes " 2" and "٢" (Arabic-Indic two), and a path id that
+    # is not written the one way it is printed is a different path.
+    if isinstance(value, bool):
+        raise NotFound()
+    if isinstance(value, int):
+        parsed = value
+    elif isinstance(value, str) and _ID.fullmatch(value):
         parsed = int(value)
-    except (TypeError, ValueError):
-        raise Http404("Not found.") from None
+    else:
+        raise NotFound()
     if parsed <= 0 or parsed > 2**63 - 1:
-        raise Http404("Not found.")
+        raise NotFound()
     return parsed
 
 
 def session_for_user(*, user: Any, session_id: Any, for_update: bool = False) -> ChatSession:
-    """The user's session, or Http404. `for_update` locks the row (callers hold a transaction)."""
+    """The user's session, or NotFound. `for_update` locks the row (callers hold a transaction)."""
     if user is None or not user.is_authenticated:
-        raise Http404("Not found.")
-    qs = ChatSession.objects.select_related("agent")
+        raise NotFound()
+    qs = ChatSession.objects.select_related("agent", "owner")
     if for_update:
         qs = qs.select_for_update(of=("self",))
     try:
-        return qs.get(pk=_parse_id(session_id), owner=user)
+        # owner__is_active: a user deactivated since they logged in (their socket is still open,
+        # their session cookie not yet expired) owns nothing any more.
+        return qs.get(pk=_parse_id(session_id), owner=user, owner__is_active=True)
     except ChatSession.DoesNotExist:
-        raise Http404("Not found.") from None
+        raise NotFound() from None
 
 
 def agent_for_user(*, user: Any, agent_id: Any) -> Agent:
     if user is None or not user.is_authenticated:
-        raise Http404("Not found.")
+        raise NotFound()
     try:
         return Agent.objects.get(pk=_parse_id(agent_id), owner=user)
     except Agent.DoesNotExist:
-        raise Http404("Not found.") from None
+        raise NotFound() from None
+
+
+def agent_list(*, user: Any, limit: int = AGENT_LIST_MAX) -> list[Agent]:
+    """The user's agents, newest first (agent_owner_id_idx)."""
+    return list(Agent.objects.filter(owner_id=user.pk).order_by("-id")[:limit])
 
 
 # --- Paging ------------------------------------------------------------------------------------
@@ -69,7 +88,7 @@ class SessionPage:
 def session_list(*, user: Any, limit: int, cursor: str | None = None) -> SessionPage:
     """The user's sessions, most recent activity first (chat_session_activity_idx). One query:
     each row also carries its context-budget estimate, so the list is never N+1."""
-    qs = ChatSession.objects.filter(owner=user).select_related("agent")
+    qs = ChatSession.objects.filter(owner=user).select_related("agent", "owner")
     if cursor is not None:
         position = decode_session_list_cursor(cursor=cursor, owner_id=user.pk)
         qs = qs.filter(
@@ -95,27 +114,6 @@ class HistoryPage:
     at_live_edge: bool  # no message newer than this page exists (at read time)
 
 
-def message_rows(
-    qs: QuerySet[ChatMessage], *, order: Literal["id", "-id"], limit: int
-) -> QuerySet[ChatMessage]:
-    """`qs.order_by(order)[:limit]` for a filter on one session, planned the way the
-    (session_id, id) indexes intend.
-
-    Asked for `WHERE session_id = X ORDER BY id DESC LIMIT n`, PostgreSQL may walk the primary
-    key and filter on session_id, reading every newer row of every other session first (675 ms
-    for a 100k session beneath a 1M one; docs/benchmarks.md). Choosing the ids in a subquery
-    makes that an index(-only) scan of the session's own index, and the outer query fetches n
-    rows by primary key. Still one statement; SQLite plans both forms the same."""
-    ids = qs.order_by(order).values("id")[:limit]
-    return ChatMessage.objects.filter(id__in=ids).order_by(order)
-
-
-def message_exists(qs: QuerySet[ChatMessage]) -> bool:
-    """`qs.exists()` for a session filter, immune to the same primary-key walk (which, when the
-    answer is no, reads the whole table)."""
-    return message_rows(qs, order="id", limit=1).exists()
-
-
 def history_page(
     *,
     session: ChatSession,
@@ -128,7 +126,7 @@ def history_page(
 
     At most two queries on chat_msg_session_id_idx: the page itself (limit + 1 rows: the extra
     row says whether more exist in the paging direction) and, where the page cannot tell, one
-    EXISTS probe for the other side. Raises InvalidCursor, or Http404 for an `around` message
+    EXISTS probe for the other side. Raises InvalidCursor, or NotFound for an `around` message
     that is not in this session."""
     if sum(x is not None for x in (before, after, around)) > 1:
         raise ValueError("history_page takes at most one of before, after, around")
@@ -179,7 +177,7 @@ def _history_around(
     # messages, and the extra row still tells whether more exist beyond it.
     newer = list(message_rows(messages.filter(id__gte=target), order="id", limit=limit + 1))
     if not newer or newer[0].pk != target:
-        raise Http404("Not found.")
+        raise NotFound()
     older = list(message_rows(messages.filter(id__lt=target), order="-id", limit=limit + 1))
     want_older = (limit - 1) // 2
     want_newer = limit - want_older  # includes the target itself
@@ -277,6 +275,20 @@ def turns_page(*, session: ChatSession, limit: int, cursor: str | None = None) -
         for mid, created_at, head in rows
     ]
     return TurnsPage(turns=turns, next_cursor=next_cursor)
+
+
+def session_snapshots_page(
+    *, session: ChatSession, limit: int, before: int | None = None
+) -> tuple[list[ContextSnapshot], int | None]:
+    """One page of the session's snapshots, newest first, keyset-paged by id (`before`: the
+    last id of the previous page). Returns the page and the `before` of the next one."""
+    rows = ContextSnapshot.objects.filter(session_id=session.pk)
+    if before is not None:
+        rows = rows.filter(id__lt=before)
+    page = list(rows.order_by("-id")[: limit + 1])
+    more = len(page) > limit
+    page = page[:limit]
+    return page, (page[-1].pk if more and page else None)
 
 
 def session_snapshots(*, session: ChatSession, limit: int) -> list[ContextSnapshot]:

@@ -31,6 +31,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from chat.models import Agent
+
 logger = logging.getLogger("chat.tools")
 
 # OpenAI's rule for function names.
@@ -199,8 +201,26 @@ def arg_str(
 # --- built-in: current_time ----------------------------------------------------------------
 
 
+def _agent_time_zone(agent_id: int) -> str:
+    """The agent's config_json time_zone ("" when none, or not a known zone: a hand-edited
+    row), so the model's "today" is the day its daily notes are filed under."""
+    config = Agent.objects.filter(pk=agent_id).values_list("config_json", flat=True).first()
+    name = config.get("time_zone") if isinstance(config, dict) else None
+    if not isinstance(name, str) or not name:
+        return ""
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return ""
+    return name
+
+
 def _current_time(context: ToolContext, arguments: dict[str, Any]) -> str:
-    zone_name = arg_str(arguments, "timezone", required=False, default="") or settings.TIME_ZONE
+    zone_name = (
+        arg_str(arguments, "timezone", required=False, default="")
+        or _agent_time_zone(context.agent_id)
+        or settings.TIME_ZONE
+    )
     try:
         zone = ZoneInfo(zone_name)
     except (ZoneInfoNotFoundError, ValueError):
@@ -222,7 +242,10 @@ def _current_time(context: ToolContext, arguments: dict[str, Any]) -> str:
 CURRENT_TIME = tool_register(
     Tool(
         name="current_time",
-        description="The current date and time (UTC and in a time zone, default the server's).",
+        description=(
+            "The current date and time (UTC and in a time zone, default the agent's or the "
+            "server's)."
+        ),
         parameters={
             "type": "object",
             "properties": {

@@ -7,10 +7,11 @@ from asgiref.sync import SyncToAsync
 from django.db import connections
 from rest_framework.test import APIClient
 
+from cadau.limits import limits_clear
 from tests.factories import UserFactory
 
 # Area fixtures live in their own plugin modules so parallel work does not collide here.
-pytest_plugins = ["tests.fixtures_llm"]
+pytest_plugins = ["tests.fixtures_llm", "tests.fixtures_real_llm"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -31,6 +32,14 @@ def _worker_thread_connections_closed(django_db_setup, django_db_blocker):
                     "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
             connection.close()
+
+
+@pytest.fixture(autouse=True)
+def _rate_limits_reset():
+    """Rate-limit counters and lockouts live in the cache, which outlives a test (this
+    process's memory, or Redis): every test starts with full allowances."""
+    limits_clear()
+    yield
 
 
 @pytest.fixture
@@ -63,7 +72,32 @@ def anon_api() -> APIClient:
 
 
 @pytest.fixture(autouse=True)
+def _channel_layer_per_test():
+    """channels-redis keeps receive state (locks, counts, pooled connections) for the loop that
+    used it, and every async_to_sync call of a test runs its own loop: a layer left over from
+    an earlier test's loop made the first streamed send of a later test hang at its loop's
+    shutdown (PostgreSQL + Redis run). Each test gets a layer of its own, as each server
+    process has."""
+    from channels import DEFAULT_CHANNEL_LAYER
+    from channels.layers import channel_layers
+
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
+    yield
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
+
+
+@pytest.fixture(autouse=True)
 def _no_background_compaction(settings):
     """Background compaction runs in worker threads, which cannot see a test's uncommitted
     transaction; tests that exercise it turn it back on with `transactional_db`."""
     settings.CHAT_BACKGROUND_COMPACTION = False
+
+
+@pytest.fixture(autouse=True)
+def _no_learned_windows():
+    """What a test's model server taught about its context window stays with that test."""
+    from chat.llm.window import window_forget
+
+    window_forget()
+    yield
+    window_forget()

@@ -3,7 +3,7 @@
     def test_something(fake_llm):            # fake_llm is the FakeLLMServer, already reset
         fake_llm.script("Hello!")            # next chat reply
         fake_llm.script_summary("digest")    # next summary reply (marker: SUMMARY_MARKER)
-        fake_llm.fail_next("500", times=2)   # faults: see chat.llm.fake_server.FAULT_KINDS
+        fake_llm.fail_next("500", times=2)   # faults: see devtools.fakellm.FAULT_KINDS
         ...
         assert fake_llm.count("summary") == 1
 
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from chat.llm import reset_provider
-from chat.llm.fake_server import FakeLLMServer
+from devtools.fakellm import FakeLLMServer
 
 
 @pytest.fixture(scope="session")

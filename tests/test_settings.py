@@ -82,7 +82,7 @@ def _settings_in_child(env: dict[str, str], expr: str) -> subprocess.CompletedPr
 
 def test_redis_pool_and_persistent_connections_defaults():
     done = _settings_in_child(
-        {"REDIS_URL": "redis://127.0.0.1:6379/0"},
+        {"REDIS_URL": "redis://127.0.0.1:6379/0", "DATABASE_URL": "sqlite:////tmp/cadau-x.db"},
         "s.CHANNEL_LAYERS['default']['CONFIG']['hosts'][0]['max_connections'], "
         "s.DATABASES['default']['CONN_MAX_AGE'], s.DATABASES['default']['CONN_HEALTH_CHECKS']",
     )
@@ -90,8 +90,119 @@ def test_redis_pool_and_persistent_connections_defaults():
     assert done.stdout.split() == ["1000", "60", "True"]
 
 
-@pytest.mark.parametrize("name", ["REDIS_MAX_CONNECTIONS", "DB_CONN_MAX_AGE"])
+def test_postgresql_gets_a_connection_pool_and_no_persistent_connections():
+    done = _settings_in_child(
+        {"DATABASE_URL": "postgres://u@127.0.0.1:5432/x", "DB_POOL_MAX_SIZE": "7"},
+        "s.DATABASES['default']['OPTIONS']['pool']['max_size'], "
+        "s.DATABASES['default']['CONN_MAX_AGE']",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["7", "0"]
+    off = _settings_in_child(
+        {"DATABASE_URL": "postgres://u@127.0.0.1:5432/x", "DB_POOL": "false"},
+        "'pool' in s.DATABASES['default'].get('OPTIONS', {}), "
+        "s.DATABASES['default']['CONN_MAX_AGE']",
+    )
+    assert off.stdout.split() == ["False", "60"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["REDIS_MAX_CONNECTIONS", "DB_CONN_MAX_AGE", "DB_POOL_MAX_SIZE", "DB_POOL_TIMEOUT_SECONDS"],
+)
 def test_bad_integer_settings_name_the_key(name):
-    done = _settings_in_child({"REDIS_URL": "redis://127.0.0.1:6379/0", name: "lots"}, "1")
+    env = {"REDIS_URL": "redis://127.0.0.1:6379/0", name: "lots"}
+    if name.startswith("DB_POOL"):
+        env["DATABASE_URL"] = "postgres://u@127.0.0.1:5432/x"
+    done = _settings_in_child(env, "1")
     assert done.returncode != 0
     assert f"ImproperlyConfigured: {name}" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "expr", "expected"),
+    [
+        ({}, "s.LANGUAGE_CODE, s.TIME_ZONE, s.CHAT_SUMMARY_HEADING", "en UTC auto"),
+        (
+            {
+                "LANGUAGE_CODE": "zh-Hans",
+                "TIME_ZONE": "Asia/Shanghai",
+                "CHAT_SUMMARY_HEADING": "ZH",
+            },
+            "s.LANGUAGE_CODE, s.TIME_ZONE, s.CHAT_SUMMARY_HEADING",
+            "zh-hans Asia/Shanghai zh",
+        ),
+    ],
+)
+def test_language_time_zone_and_summary_heading_come_from_the_environment(env, expr, expected):
+    done = _settings_in_child(env, expr)
+    assert done.returncode == 0, done.stderr
+    assert " ".join(done.stdout.split()) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("LANGUAGE_CODE", "fr"),
+        ("LANGUAGE_CODE", "zh"),  # LANGUAGES lists zh-hans; "zh" alone has no translation
+        ("TIME_ZONE", "Mars/Olympus"),
+        ("TIME_ZONE", "UTC+8"),
+        ("TIME_ZONE", "../etc/passwd"),
+        ("CHAT_SUMMARY_HEADING", "chinese"),
+    ],
+)
+def test_bad_language_time_zone_or_heading_stop_start_up(name, value):
+    done = _settings_in_child({name: value}, "1")
+    assert done.returncode != 0
+    assert f"ImproperlyConfigured: {name}" in done.stderr
+
+
+def _settings_in_dir(cwd, env: dict[str, str], expr: str) -> subprocess.CompletedProcess[str]:
+    """Like _settings_in_child, started in `cwd` (the worktree stays importable)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    full = {k: v for k, v in os.environ.items() if k != "CADAU_CONFIG"}
+    full.update({"SECRET_KEY": "x" * 50, "PYTHONPATH": root, **env})
+    code = f"import cadau.settings as s; print({expr})"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=full,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_mindlink_json_in_the_working_directory_is_read_when_cadau_config_is_unset(tmp_path):
+    (tmp_path / "mindlink.json").write_text(
+        json.dumps({"model": "ignored", "chat_context": {"input_budget_runes": 30000}}),
+        encoding="utf-8",
+    )
+    expr = "s.CADAU_CONFIG, s.CHAT_CONTEXT.input_budget_runes"
+    found = _settings_in_dir(tmp_path, {}, expr)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.split() == [str(tmp_path / "mindlink.json"), "30000"]
+    # CADAU_CONFIG wins over the working directory's file.
+    other = tmp_path / "other.json"
+    other.write_text('{"chat_context": {"input_budget_runes": 20000}}', encoding="utf-8")
+    named = _settings_in_dir(tmp_path, {"CADAU_CONFIG": str(other)}, expr)
+    assert named.stdout.split() == [str(other), "20000"]
+    # Set but empty: no file at all.
+    off = _settings_in_dir(
+        tmp_path, {"CADAU_CONFIG": ""}, "repr(s.CADAU_CONFIG), s.CHAT_CONTEXT.input_budget_runes"
+    )
+    assert off.returncode == 0, off.stderr
+    assert off.stdout.split() == ["''", "48000"]
+    # A bad mindlink.json stops start-up naming the file, as a bad CADAU_CONFIG file does.
+    (tmp_path / "mindlink.json").write_text('{"chat_context": {"roll_batch": "x"}}')
+    bad = _settings_in_dir(tmp_path, {}, "1")
+    assert bad.returncode != 0 and "mindlink.json chat_context: roll_batch" in bad.stderr
+
+
+def test_no_mindlink_json_no_file(tmp_path):
+    from cadau.contextconfig import config_path_find
+
+    assert config_path_find(environ={}, cwd=tmp_path) is None
+    (tmp_path / "mindlink.json").mkdir()  # a directory of that name is not the file
+    assert config_path_find(environ={}, cwd=tmp_path) is None
+    assert config_path_find(environ={"CADAU_CONFIG": " /x.json "}, cwd=tmp_path) == "/x.json"

@@ -14,11 +14,10 @@ from rest_framework.views import APIView
 
 from chat.api.errors import ApiError
 from chat.api.serializers import ErrorSerializer
+from chat.api.throttles import per_user
 from chat.models import Agent
-from chat.selectors import agent_for_user
+from chat.selectors import agent_for_user, agent_list
 from chat.services.agents import agent_create, agent_delete, agent_update
-
-AGENT_LIST_MAX = 500
 
 AGENT_ID_PATH = OpenApiParameter(
     "agent_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="Agent id."
@@ -60,13 +59,15 @@ def _body(request: Request) -> dict[str, Any]:
 
 
 class AgentListCreateView(APIView):
+    throttle_classes = [per_user("agent_create")]
+
     @extend_schema(
         operation_id="agents_list",
         responses={200: AgentListSerializer, 403: ERRORS[403]},
         description="The caller's agents, newest first.",
     )
     def get(self, request: Request) -> Response:
-        agents = Agent.objects.filter(owner_id=request.user.pk).order_by("-id")[:AGENT_LIST_MAX]
+        agents = agent_list(user=request.user)
         return Response({"results": AgentSerializer(agents, many=True).data})
 
     @extend_schema(

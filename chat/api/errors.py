@@ -1,4 +1,7 @@
-"""Every API error has one shape: `{"error": {"code": ..., "message": ..., "details"?: ...}}`."""
+"""Every API error has one shape: `{"error": {"code": ..., "message": ..., "details"?: ...}}`.
+
+The services' domain errors (chat/errors.py) are translated here, the one place that knows
+which HTTP status each deserves; views raise ApiError for what only they check (a cursor)."""
 
 from __future__ import annotations
 
@@ -10,9 +13,27 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from chat.errors import (
+    ChatError,
+    CompactionFailed,
+    CompactionInProgress,
+    ReplyInProgress,
+    Throttled,
+    TooManyReplies,
+)
+
+# Domain errors that are not a plain 400. (NotFound is also Django's Http404: 404 below.)
+_STATUS: dict[type[ChatError], int] = {
+    ReplyInProgress: status.HTTP_409_CONFLICT,
+    CompactionInProgress: status.HTTP_409_CONFLICT,
+    CompactionFailed: status.HTTP_502_BAD_GATEWAY,
+    TooManyReplies: status.HTTP_429_TOO_MANY_REQUESTS,
+    Throttled: status.HTTP_429_TOO_MANY_REQUESTS,
+}
+
 
 class ApiError(exceptions.APIException):
-    """Raise from views or services with a stable machine-readable code."""
+    """Raise from views with a stable machine-readable code."""
 
     status_code: int = status.HTTP_400_BAD_REQUEST
     default_code = "bad_request"
@@ -42,7 +63,17 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     return {"error": body}
 
 
+def _status_of(exc: ChatError) -> int:
+    for kind, code in _STATUS.items():
+        if isinstance(exc, kind):
+            return code
+    return status.HTTP_400_BAD_REQUEST
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    retry_after = exc.retry_after if isinstance(exc, ChatError) else None
+    if isinstance(exc, ChatError) and not isinstance(exc, Http404):
+        exc = ApiError(exc.message, code=exc.code, status_code=_status_of(exc))
     if isinstance(exc, Http404):
         # Never say whether the object exists for someone else: one message for both.
         exc = exceptions.NotFound("Not found.")
@@ -65,4 +96,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     else:  # pragma: no cover - drf only handles APIException subclasses
         code, message, details = "error", str(exc), None
     response.data = error_body(code, message, details)
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
     return response

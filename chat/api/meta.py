@@ -12,6 +12,14 @@ from rest_framework.views import APIView
 from chat.llm import provider_info
 
 
+def _provider(request: Request) -> dict[str, object]:
+    info = provider_info()
+    if not request.user.is_staff:
+        # Where the model server lives is the operator's business, not every user's.
+        info.pop("base_url", None)
+    return info
+
+
 class StatusView(APIView):
     @extend_schema(responses={200: dict})
     def get(self, request: Request) -> Response:
@@ -19,7 +27,7 @@ class StatusView(APIView):
         return Response(
             {
                 "user": {"id": request.user.pk, "username": request.user.get_username()},
-                "provider": provider_info(),
+                "provider": _provider(request),
                 "context": {
                     "strategy": cfg.strategy,
                     "input_budget_runes": cfg.input_budget_runes,

@@ -10,8 +10,9 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from chat.models import ChatMessage, ChatSession, ContextSnapshot
-from chat.services.budget import context_budget_for
+from chat.context import context_budget_for
+from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
+from chat.shapes import message_payload
 
 MAX_DB_ID = 2**63 - 1
 TITLE_MAX: int = ChatSession._meta.get_field("title").max_length or 200
@@ -56,7 +57,11 @@ class SessionSerializer(serializers.ModelSerializer):
 
 
 class MessageSerializer(serializers.ModelSerializer):
+    """The contract's message object. The fields describe it for the schema; the object itself is
+    `message_payload`'s, the one every event carries (tests/chat/test_shapes.py)."""
+
     session_id = serializers.IntegerField(read_only=True)
+    tool_call_id = serializers.CharField(read_only=True, allow_null=True)
 
     class Meta:
         model = ChatMessage
@@ -74,12 +79,25 @@ class MessageSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    def to_representation(self, instance: ChatMessage) -> dict[str, Any]:
+        return message_payload(instance)
+
 
 class SnapshotSerializer(serializers.ModelSerializer):
+    """`error` in full for staff (context `staff`); others learn only that there was one: it
+    holds what the model server answered."""
+
     class Meta:
         model = ContextSnapshot
         fields = ("id", *ContextSnapshot.INSPECTION_FIELDS)
         read_only_fields = fields
+
+    def to_representation(self, instance: ContextSnapshot) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        failed = instance.outcome in (SnapshotOutcome.FAILED, SnapshotOutcome.REJECTED)
+        if failed and data.get("error") and not self.context.get("staff"):
+            data["error"] = "The summary could not be made (details are in the server log)."
+        return data
 
 
 def _id_field(**kwargs: Any) -> serializers.IntegerField:
@@ -136,6 +154,11 @@ class TruncateRequestSerializer(serializers.Serializer):
     message_id = _id_field()
 
 
+class SnapshotsQuerySerializer(serializers.Serializer):
+    before = _id_field(required=False)
+    limit = serializers.IntegerField(min_value=1, max_value=50, default=20)
+
+
 class ContextQuerySerializer(serializers.Serializer):
     snapshots_limit = serializers.IntegerField(min_value=0, max_value=100, default=20)
 
@@ -176,6 +199,9 @@ class TurnsPageSerializer(serializers.Serializer):
 class TruncateResponseSerializer(serializers.Serializer):
     deleted = serializers.IntegerField()
     summary_rewound = serializers.BooleanField()
+    cancelled_reply_id = serializers.IntegerField(
+        allow_null=True, help_text="The reply that was generating and was stopped first."
+    )
     context_budget = ContextBudgetSerializer()
 
 
@@ -184,6 +210,24 @@ class SessionContextSerializer(serializers.Serializer):
     verbatim_since_message_id = serializers.IntegerField(allow_null=True)
     context_budget = ContextBudgetSerializer()
     snapshots = SnapshotSerializer(many=True, help_text="Newest first.")
+
+
+class SummaryInForceSerializer(serializers.Serializer):
+    text = serializers.CharField(allow_blank=True, help_text="The session's summary now.")
+    heading = serializers.CharField(
+        help_text="The line it goes under in the system message the model is sent."
+    )
+    verbatim_since_message_id = serializers.IntegerField(
+        allow_null=True, help_text="Messages from this id on are sent word for word."
+    )
+
+
+class SnapshotsPageSerializer(serializers.Serializer):
+    summary = SummaryInForceSerializer()
+    snapshots = SnapshotSerializer(many=True, help_text="Newest first.")
+    next_before = serializers.IntegerField(
+        allow_null=True, help_text="Pass as `before` for the next, older page."
+    )
 
 
 class TokenRequestSerializer(serializers.Serializer):

@@ -1,10 +1,10 @@
-"""/api/v1/ routes. No trailing slashes: the paths are the contract in SPEC.md. Ids in paths
-are matched as strings so a malformed id reaches session_for_user and becomes the same JSON 404
-as a missing one, instead of Django's HTML 404."""
+"""/api/v1/ routes of chat. No trailing slashes: the paths are the contract in SPEC.md. Ids in
+paths are matched as strings so a malformed id reaches session_for_user and becomes the same
+JSON 404 as a missing one, instead of Django's HTML 404. An agent's memory routes are
+agentmemory's (agentmemory/urls.py), mounted next to these by cadau/urls.py."""
 
 from django.urls import path
 
-from agentmemory import api as memory_api
 from chat.api import agents, meta, send, views
 
 urlpatterns = [
@@ -21,10 +21,15 @@ urlpatterns = [
         views.SessionContextView.as_view(),
         name="chat-session-context",
     ),
+    path(
+        "chat/sessions/<str:session_id>/snapshots",
+        views.SessionSnapshotsView.as_view(),
+        name="chat-session-snapshots",
+    ),
     path("chat/history", views.HistoryView.as_view(), name="chat-history"),
     path("chat/history/turns", views.TurnsView.as_view(), name="chat-history-turns"),
     path("chat/truncate", views.TruncateView.as_view(), name="chat-truncate"),
-    path("chat/send", send.SendView.as_view(), name="chat-send"),
+    path("chat/send", send.send_route, name="chat-send"),
     path("chat/regenerate", send.RegenerateView.as_view(), name="chat-regenerate"),
     path(
         "chat/sessions/<str:session_id>/compact",
@@ -33,19 +38,4 @@ urlpatterns = [
     ),
     path("agents", agents.AgentListCreateView.as_view(), name="agents"),
     path("agents/<str:agent_id>", agents.AgentDetailView.as_view(), name="agent-detail"),
-    path(
-        "agents/<str:agent_id>/memory/daily",
-        memory_api.DailyNoteView.as_view(),
-        name="agent-memory-daily",
-    ),
-    path(
-        "agents/<str:agent_id>/memory/entries",
-        memory_api.EntryListCreateView.as_view(),
-        name="agent-memory-entries",
-    ),
-    path(
-        "agents/<str:agent_id>/memory/entries/<str:name>",
-        memory_api.EntryDetailView.as_view(),
-        name="agent-memory-entry",
-    ),
 ]

@@ -1,4 +1,4 @@
-"""Thin HTTP layer: validate the request, resolve ownership through `session_for_user` (Http404
+"""Thin HTTP layer: validate the request, resolve ownership through `session_for_user` (a 404
 for anything not the caller's), call one selector or service, serialize."""
 
 from __future__ import annotations
@@ -9,15 +9,25 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from rest_framework import exceptions, status
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
+from cadau.logins import login_lockout_remaining, login_success_record
+from cadau.tokens import token_issue, token_revoke
 from chat.api import serializers as s
 from chat.api.errors import ApiError
+from chat.api.parsers import JSONParser
+from chat.api.throttles import LOGIN_THROTTLES, per_user
+from chat.context import context_budget_for
+from chat.context.heading import summary_prefix
 from chat.cursors import InvalidCursor
 from chat.rendering import render_markdown
 from chat.selectors import (
@@ -25,15 +35,11 @@ from chat.selectors import (
     session_for_user,
     session_list,
     session_snapshots,
+    session_snapshots_page,
     turns_page,
 )
-from chat.services.budget import context_budget_for
-from chat.services.sessions import (
-    message_truncate,
-    session_create,
-    session_delete,
-    session_update,
-)
+from chat.services.sessions import session_create, session_delete, session_update
+from chat.turn.truncate import turn_truncate
 
 _ERRORS = {
     400: OpenApiResponse(s.ErrorSerializer, description="Invalid input."),
@@ -64,6 +70,8 @@ def _cursor_errors() -> Iterator[None]:
 
 
 class SessionListCreateView(APIView):
+    throttle_classes = [per_user("session_create")]
+
     @extend_schema(
         operation_id="chat_sessions_list",
         parameters=[s.SessionListQuerySerializer],
@@ -194,16 +202,23 @@ class TruncateView(APIView):
         operation_id="chat_truncate",
         request=s.TruncateRequestSerializer,
         responses={200: s.TruncateResponseSerializer, **_errors(400, 403, 404)},
-        description="Deletes the message and every later one (edit and resend).",
+        description=(
+            "Deletes the message and every later one (edit and resend). A reply still being "
+            "generated is stopped first (its `done`, status `cancelled`, goes to the session's "
+            "sockets as for any cancel) and named in `cancelled_reply_id`."
+        ),
     )
     def post(self, request: Request) -> Response:
         data = _valid(s.TruncateRequestSerializer, request.data)
-        session = session_for_user(user=request.user, session_id=data["session_id"])
-        result = message_truncate(session=session, message_id=data["message_id"])
+        truncated = turn_truncate(
+            user=request.user, session_id=data["session_id"], message_id=data["message_id"]
+        )
+        result = truncated.result
         return Response(
             {
                 "deleted": result.deleted,
                 "summary_rewound": result.summary_rewound,
+                "cancelled_reply_id": truncated.cancelled_reply_id,
                 "context_budget": context_budget_for(session=result.session),
             }
         )
@@ -225,17 +240,69 @@ class SessionContextView(APIView):
                 "context_summary": session.context_summary,
                 "verbatim_since_message_id": session.verbatim_since_message_id,
                 "context_budget": context_budget_for(session=session),
-                "snapshots": s.SnapshotSerializer(snapshots, many=True).data,
+                "snapshots": s.SnapshotSerializer(
+                    snapshots, many=True, context={"staff": request.user.is_staff}
+                ).data,
+            }
+        )
+
+
+class SessionSnapshotsView(APIView):
+    throttle_classes = [per_user("context_read", methods=("GET",))]
+
+    @extend_schema(
+        operation_id="chat_session_snapshots",
+        parameters=[_SESSION_ID_PATH, s.SnapshotsQuerySerializer],
+        responses={200: s.SnapshotsPageSerializer, **_errors(400, 403, 404)},
+        description=(
+            "Read-only compaction history: the summary in force (as the model is sent it) and "
+            "the session's snapshots with their ranges and times, newest first, paged by id."
+        ),
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        session = session_for_user(user=request.user, session_id=session_id)
+        query = _valid(s.SnapshotsQuerySerializer, request.query_params)
+        snapshots, next_before = session_snapshots_page(
+            session=session, limit=query["limit"], before=query.get("before")
+        )
+        return Response(
+            {
+                "summary": {
+                    "text": session.context_summary,
+                    "heading": summary_prefix(summary=session.context_summary),
+                    "verbatim_since_message_id": session.verbatim_since_message_id,
+                },
+                "snapshots": s.SnapshotSerializer(
+                    snapshots, many=True, context={"staff": request.user.is_staff}
+                ).data,
+                "next_before": next_before,
             }
         )
 
 
 class TokenView(ObtainAuthToken):
-    """POST username + password → {"token"}; send it as `Authorization: Token <key>`."""
+    """POST username + password → {"token"}; send it as `Authorization: Token <key>`.
+    DELETE revokes the caller's token. POSTs are rate-limited per address and per username,
+    and a (username, address) pair with repeated failures is locked out (cadau/logins.py)."""
 
-    # Credentials are the authentication here; a browser session cookie must not make this
-    # endpoint demand a CSRF token from scripts.
-    authentication_classes = ()
+    throttle_classes = LOGIN_THROTTLES
+    # ObtainAuthToken names DRF's own JSON parser; ours refuses deep nesting, NUL and lone
+    # surrogates with a 400 (chat/text.py) where DRF's would fail deeper in with a 500.
+    parser_classes = (FormParser, MultiPartParser, JSONParser)
+
+    def get_authenticators(self) -> list[BaseAuthentication]:
+        # POST: the credentials are the authentication; a browser session cookie must not
+        # make it demand a CSRF token from scripts. DELETE: the usual token or session (with
+        # its CSRF check, so another site cannot revoke a user's token).
+        if getattr(self.request, "method", None) == "POST":
+            return []
+        classes: list[type[BaseAuthentication]] = api_settings.DEFAULT_AUTHENTICATION_CLASSES  # type: ignore[assignment]
+        return [auth() for auth in classes]
+
+    def get_permissions(self) -> list[BasePermission]:
+        if getattr(self.request, "method", None) == "POST":
+            return []
+        return [IsAuthenticated()]
 
     @extend_schema(
         operation_id="auth_token",
@@ -244,4 +311,27 @@ class TokenView(ObtainAuthToken):
         auth=[],
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().post(request, *args, **kwargs)
+        username = request.data.get("username") if isinstance(request.data, dict) else None
+        locked = login_lockout_remaining(request=request, username=username)
+        if locked is not None:
+            raise exceptions.Throttled(
+                wait=locked,
+                detail="Too many failed logins for this username from this address.",
+                code="login_locked",
+            )
+        # A failure is counted by the user_login_failed signal authenticate() sends.
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        login_success_record(request=request, username=username)
+        token = token_issue(user=serializer.validated_data["user"])
+        return Response({"token": token.key})
+
+    @extend_schema(
+        operation_id="auth_token_revoke",
+        request=None,
+        responses={204: None, **_errors(403)},
+        description="Revokes the caller's token; logging in again issues a new one.",
+    )
+    def delete(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        token_revoke(user=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -39,6 +39,15 @@ class ContextLengthExceeded(LLMError):
     """The provider says the prompt is larger than the model's context window."""
 
 
+class EmptyStream(LLMError):
+    """The server accepted a streamed request (200) and ended the stream without one event.
+
+    llama-cpp-python answers a streamed prompt larger than its context window this way (not
+    with a 400: docs/real-llm-notes.md), so a caller that just sent a large prompt should read
+    it as the window being exceeded; it is still retried like any short stream, as it can
+    also be a server restarting."""
+
+
 class StreamInterrupted(LLMError):
     """The stream broke after tokens were already produced (partial text is in `partial`)."""
 
@@ -140,6 +149,17 @@ class LLMProvider(Protocol):
 #: cannot tell a summarising call from a chat call by themselves (the offline provider, the fake
 #: server) use it to pick their summary behaviour; real models simply read past it.
 SUMMARY_MARKER = "CADAU_SUMMARY_REQUEST"
+
+#: The lines a summarising request wraps the transcript in (chat/context/summarise.py builds its
+#: prompt from these). A summary that repeats one echoed its instructions (the summary guard,
+#: chat/context/guard.py); the built-in summarisers skip them, as a model should.
+SUMMARY_SCAFFOLD = (
+    "Existing summary (may be empty):",
+    "New transcript excerpt:",
+    "Return the merged summary in at most",
+    "Extra instructions from the user:",
+    "Shorten this summary to at most",
+)
 
 
 def message_text(message: Message) -> str:

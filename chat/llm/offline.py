@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from chat.llm.base import (
+    SUMMARY_SCAFFOLD,
     Completion,
     Message,
     StreamEvent,
@@ -46,6 +47,9 @@ _NUMBER = re.compile(
     r"(?<![\w.])[-+]?\d[\d,.:/%-]*(?:[a-zA-Z%]{1,3}\b|\s?[万亿元个条次天年月日号])?"
 )
 _CODE = re.compile(r"`[^`\n]{1,80}`")
+# Ticket, account and host names: a word joined to digits by - or _ ("ACC-99812", "db-7",
+# "api_v2"), taken whole before the number inside it is.
+_IDENT = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:[-_][A-Za-z0-9]+)*[-_][A-Za-z]*\d[\w-]*")
 # Likely names: runs of capitalised words ("Alice Smith"), a capitalised word mid-sentence,
 # CamelCase and ACRONYMS ("PostgreSQL", "API").
 _NAME = re.compile(
@@ -53,6 +57,11 @@ _NAME = re.compile(
     r"|(?<=[a-z0-9,;:)] )[A-Z][\w-]+"
     r"|\b[A-Za-z]*[a-z][A-Z]\w*\b"
     r"|\b[A-Z]{2,}\w*\b"
+)
+
+# A transcript line as summarising requests render it: `[#12 user] text`.
+_TRANSCRIPT_LABEL = re.compile(
+    r"^\[(?:#\d+ )?((?:user|assistant|system|tool)(?: result for [\w.:-]+)?)\] ?(.*)$"
 )
 
 _ROLE_LABELS = {"user": "user", "assistant": "assistant", "tool": "tool", "system": "system"}
@@ -63,11 +72,11 @@ def _first_sentence(line: str) -> str:
     return parts[0].strip()
 
 
-def _facts(text: str) -> list[str]:
+def facts_find(text: str) -> list[str]:
     """Things a summary must not lose: URLs, paths, numbers, code spans, names (in order)."""
     found: list[tuple[int, str]] = []
     taken: list[tuple[int, int]] = []
-    for pattern in (_URL, _CODE, _PATH, _NUMBER, _NAME):
+    for pattern in (_URL, _CODE, _PATH, _IDENT, _NUMBER, _NAME):
         for match in pattern.finditer(text):
             start, end = match.span()
             if any(s < end and start < e for s, e in taken):
@@ -90,7 +99,7 @@ def _item(line: str, *, sentence_cap: int) -> str:
     if len(head) > sentence_cap:
         head = head[: sentence_cap - 1].rstrip() + "…"
     # Facts are taken from the whole line, so shortening the sentence never drops a URL/path.
-    extra = [f for f in _facts(line) if f not in head]
+    extra = [f for f in facts_find(line) if f not in head]
     if extra:
         head = f"{head} [{'; '.join(extra)}]"
     return head
@@ -113,9 +122,15 @@ def _lines(messages: list[Message]) -> list[str]:
         first = True
         for raw in text.splitlines():
             line = " ".join(raw.split())
-            if not line or line in seen:
-                continue
+            if not line or line in seen or line == "(none)" or line.startswith(SUMMARY_SCAFFOLD):
+                continue  # a summarising request's own wording is not the conversation's
             seen.add(line)
+            labelled = _TRANSCRIPT_LABEL.match(line)
+            if labelled:
+                # A rendered transcript line: who said it, without the message id.
+                lines.append(f"{labelled.group(1)}: {labelled.group(2)}")
+                first = False
+                continue
             # Transcripts pasted into one message already carry "user:" labels; label only
             # the first line of a bare message so the reader knows who said it.
             lines.append(f"{label}: {line}" if first and label and ":" not in line[:12] else line)

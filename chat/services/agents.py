@@ -7,13 +7,16 @@ falls back to its default instead of breaking sends)."""
 
 from __future__ import annotations
 
+import zoneinfo
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from chat.api.errors import ApiError
+from cadau.contextconfig import context_over_cap
+from chat.context.prompt import model_allowed
+from chat.errors import InvalidConfig, InvalidInput
 from chat.models import Agent
 from chat.tools import tools_enabled_for, tools_registered
 
@@ -39,6 +42,18 @@ CONFIG_KEYS: dict[str, tuple[type, str]] = {
         f"rune cap of long-term memory in the system prompt "
         f"(default {DEFAULT_MEMORY_PROMPT_RUNES})",
     ),
+    "time_zone": (
+        str,
+        "IANA time zone (Asia/Shanghai) the agent's daily notes are dated in "
+        "(default: the server's TIME_ZONE)",
+    ),
+}
+TIME_ZONE_MAX = 64
+# For users who are not staff: the most an agent may set its own knobs to (the server's own
+# behaviour for sessions without an agent), as each one costs model use.
+_AGENT_CAPS = {
+    "max_tool_rounds": DEFAULT_MAX_TOOL_ROUNDS,
+    "memory_prompt_runes": DEFAULT_MEMORY_PROMPT_RUNES,
 }
 _INT_BOUNDS = {
     "max_tool_rounds": (0, MAX_TOOL_ROUNDS_LIMIT),
@@ -46,12 +61,12 @@ _INT_BOUNDS = {
 }
 
 
-def _invalid(message: str) -> ApiError:
-    return ApiError(message, code="invalid_config")
+def _invalid(message: str) -> InvalidConfig:
+    return InvalidConfig(message)
 
 
-def agent_config_validate(*, config: Any) -> dict[str, Any]:
-    """The checked `config_json`, or ApiError (400, code `invalid_config`) naming the key.
+def agent_config_validate(*, config: Any, capped: bool = False) -> dict[str, Any]:
+    """The checked `config_json`, or InvalidConfig naming the key.
     Unknown keys and wrong types are refused rather than ignored: a typo such as
     `memory_auto_extact` must not silently leave extraction on."""
     if config is None:
@@ -71,6 +86,11 @@ def agent_config_validate(*, config: Any) -> dict[str, Any]:
             low, high = _INT_BOUNDS[key]
             if not low <= value <= high:
                 raise _invalid(f"config_json.{key} must be between {low} and {high}")
+    if "time_zone" in config and time_zone_checked(name=config["time_zone"]) is None:
+        raise _invalid(
+            f"config_json.time_zone: {config['time_zone']!r} is not an IANA time zone name "
+            "(such as Asia/Shanghai or Europe/Berlin)"
+        )
     if "tools" in config:
         names = config["tools"]
         registry = tools_registered()
@@ -85,11 +105,37 @@ def agent_config_validate(*, config: Any) -> dict[str, Any]:
         if len(set(names)) != len(names):
             raise _invalid("config_json.tools lists a tool twice")
     if "context" in config:
+        server = settings.CHAT_CONTEXT
         try:
-            settings.CHAT_CONTEXT.with_overrides(config["context"], source="config_json.context")
+            cfg = server.with_overrides(config["context"], source="config_json.context")
         except ImproperlyConfigured as exc:
             raise _invalid(str(exc)) from None
+        if capped:
+            for key, value, cap in context_over_cap(cfg, cap=server):
+                raise _invalid(
+                    f"config_json.context.{key}: {value} is over this server's {cap}; "
+                    "only staff may raise it"
+                )
+    if capped:
+        for key, cap in _AGENT_CAPS.items():
+            if key in config and config[key] > cap:
+                raise _invalid(
+                    f"config_json.{key}: {config[key]} is over this server's {cap}; "
+                    "only staff may raise it"
+                )
     return dict(config)
+
+
+def time_zone_checked(*, name: Any) -> str | None:
+    """`name` when it is an IANA time zone name the system knows, else None. zoneinfo also
+    refuses absolute paths and `..` (a name is a file under the tz database)."""
+    if not isinstance(name, str) or not name.strip() or len(name) > TIME_ZONE_MAX:
+        return None
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return None
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +146,13 @@ class AgentSettings:
     memory_auto_extract: bool = True
     max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS
     memory_prompt_runes: int = DEFAULT_MEMORY_PROMPT_RUNES
+    # "" means the server's TIME_ZONE.
+    time_zone: str = ""
 
 
-def agent_settings(*, agent: Agent) -> AgentSettings:
+def agent_settings(*, agent: Agent, capped: bool = False) -> AgentSettings:
+    """`capped`: the owner is not staff, so the knobs that cost model use stop at the server's
+    values (refused on save; this holds for agents saved before the cap, or edited by hand)."""
     raw = agent.config_json if isinstance(agent.config_json, dict) else {}
     defaults = AgentSettings()
     values: dict[str, Any] = {}
@@ -114,6 +164,9 @@ def agent_settings(*, agent: Agent) -> AgentSettings:
         low, high = _INT_BOUNDS[key]
         ok = type(value) is int and low <= value <= high
         values[key] = value if ok else getattr(defaults, key)
+        if capped:
+            values[key] = min(values[key], _AGENT_CAPS[key])
+    values["time_zone"] = time_zone_checked(name=raw.get("time_zone")) or ""
     return AgentSettings(**values)
 
 
@@ -128,11 +181,11 @@ def agent_tools(*, agent: Agent | None) -> list[Any]:
 
 def _checked_text(value: Any, *, field: str, limit: int, required: bool = False) -> str:
     if not isinstance(value, str):
-        raise ApiError(f"{field} must be a string", code="invalid")
+        raise InvalidInput(f"{field} must be a string")
     if required and not value.strip():
-        raise ApiError(f"{field} must not be empty", code="invalid")
+        raise InvalidInput(f"{field} must not be empty")
     if len(value) > limit:
-        raise ApiError(f"{field} is longer than {limit} characters", code="invalid")
+        raise InvalidInput(f"{field} is longer than {limit} characters")
     return value.strip() if field == "name" else value
 
 
@@ -144,13 +197,25 @@ def agent_create(
     model: str = "",
     config_json: Any = None,
 ) -> Agent:
+    capped = not user.is_staff
     return Agent.objects.create(
         owner=user,
         name=_checked_text(name, field="name", limit=NAME_MAX, required=True),
         system_prompt=_checked_text(system_prompt, field="system_prompt", limit=SYSTEM_PROMPT_MAX),
-        model=_checked_text(model, field="model", limit=MODEL_MAX).strip(),
-        config_json=agent_config_validate(config=config_json),
+        model=_checked_model(model, capped=capped),
+        config_json=agent_config_validate(config=config_json, capped=capped),
     )
+
+
+def _checked_model(value: Any, *, capped: bool) -> str:
+    model = _checked_text(value, field="model", limit=MODEL_MAX).strip()
+    if capped and not model_allowed(model=model):
+        allowed = ", ".join(settings.LLM_ALLOWED_MODELS) or "none"
+        raise InvalidConfig(
+            f"model: {model!r} is not one this server allows (allowed: {allowed}; empty for the "
+            "server's default)"
+        )
+    return model
 
 
 _UNSET: Any = object()
@@ -167,6 +232,8 @@ def agent_update(
     """Change the given fields only. `config_json` is replaced as a whole (not merged), so a
     client can remove a key; it is validated like on create."""
     fields = []
+    # The owner edits their own agent: their standing decides the caps.
+    capped = not agent.owner.is_staff
     if name is not _UNSET:
         agent.name = _checked_text(name, field="name", limit=NAME_MAX, required=True)
         fields.append("name")
@@ -176,10 +243,10 @@ def agent_update(
         )
         fields.append("system_prompt")
     if model is not _UNSET:
-        agent.model = _checked_text(model, field="model", limit=MODEL_MAX).strip()
+        agent.model = _checked_model(model, capped=capped)
         fields.append("model")
     if config_json is not _UNSET:
-        agent.config_json = agent_config_validate(config=config_json)
+        agent.config_json = agent_config_validate(config=config_json, capped=capped)
         fields.append("config_json")
     if fields:
         agent.save(update_fields=[*fields, "updated_at"])

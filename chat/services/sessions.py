@@ -6,13 +6,14 @@ before anything here runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
-from django.http import Http404
 
-from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
+from chat.errors import NotFound, ReplyInProgress
+from chat.models import ChatMessage, ChatSession, ContextSnapshot, MessageStatus, SnapshotOutcome
 from chat.selectors import agent_for_user
 
 
@@ -42,33 +43,56 @@ class TruncateResult:
     session: ChatSession  # the row as committed, for the caller's context_budget
 
 
-def message_truncate(*, session: ChatSession, message_id: int) -> TruncateResult:
+def message_truncate(
+    *, session: ChatSession, message_id: int, streaming_since: datetime | None = None
+) -> TruncateResult:
     """Delete `message_id` and every later message of the session, in one transaction.
 
     If the cut falls before the verbatim anchor, the summary describes messages that no
     longer exist; the session is then rewound to the newest recorded state that covers only
-    surviving messages (or to an empty summary), and the rewind is itself recorded."""
+    surviving messages (or to an empty summary), and the rewind is itself recorded.
+
+    `streaming_since`: refuse (ReplyInProgress, nothing deleted) while a reply row of the
+    session is `streaming` and was alive since then; a reply's final write must never find its
+    row gone (the turn service stops the reply first, chat/turn/truncate.py)."""
     with transaction.atomic():
-        # The lock serialises us with compaction (CAS on context_version) and the send path,
-        # so nobody commits a summary of, or appends after, messages we are deleting.
+        # The lock serialises us with the send path (it stores turns under it), so nobody
+        # appends after, or starts a reply among, the messages we are deleting.
         locked = (
-            ChatSession.objects.select_related("agent")
+            ChatSession.objects.select_related("agent", "owner")
             .select_for_update(of=("self",))
             .get(pk=session.pk)
         )
         if not ChatMessage.objects.filter(session_id=locked.pk, pk=message_id).exists():
-            raise Http404("Not found.")
+            raise NotFound()
+        if (
+            streaming_since is not None
+            and ChatMessage.objects.filter(
+                session_id=locked.pk,
+                status=MessageStatus.STREAMING,
+                updated_at__gte=streaming_since,
+            ).exists()
+        ):
+            raise ReplyInProgress("A reply is being generated in this session; stop it first.")
         _, per_model = ChatMessage.objects.filter(session_id=locked.pk, id__gte=message_id).delete()
         # Per model: rows elsewhere that cascade from messages are not "messages deleted".
         deleted = per_model.get(ChatMessage._meta.label, 0)
         locked.message_count = max(0, locked.message_count - deleted)
-        fields = ["message_count", "updated_at"]
+        fields = ["message_count", "updated_at", "context_version"]
 
         anchor = locked.verbatim_since_message_id
         rewound = anchor is not None and message_id < anchor
         if rewound:
             _rewind_summary(session=locked, cut=message_id)
-            fields += ["context_summary", "verbatim_since_message_id", "context_version"]
+            fields += ["context_summary", "verbatim_since_message_id"]
+        else:
+            # Compaction does not take this lock: it reads the tail, summarises for seconds
+            # without holding anything, and commits under compare-and-swap on the version. A
+            # summarising call in flight may have been handed messages deleted here (at or
+            # after the anchor, the summary itself survives): moving the version makes its
+            # commit lose (a `conflict` snapshot, nothing changed), and the next compaction
+            # summarises what is left. The rewind above moves it too.
+            locked.context_version += 1
         locked.save(update_fields=fields)
     return TruncateResult(deleted=deleted, summary_rewound=rewound, session=locked)
 

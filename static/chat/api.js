@@ -50,9 +50,14 @@ export const api = {
     request("GET", "/api/v1/chat/history", { query: { session_id: sessionId, render: "html", ...params } }),
   turns: (sessionId, cursor) =>
     request("GET", "/api/v1/chat/history/turns", { query: { session_id: sessionId, cursor, limit: 200 } }),
+  // JSON: answers once the reply is finished; the socket carries its events meanwhile.
+  regenerate: (body) => request("POST", "/api/v1/chat/regenerate", { body }),
   truncate: (sessionId, messageId) =>
     request("POST", "/api/v1/chat/truncate", { body: { session_id: sessionId, message_id: messageId } }),
   context: (sessionId) => request("GET", `/api/v1/chat/sessions/${sessionId}/context`, { query: { snapshots_limit: 1 } }),
+  // The compaction history, newest first; `before`: the previous page's `next_before`.
+  snapshots: (sessionId, before) =>
+    request("GET", `/api/v1/chat/sessions/${sessionId}/snapshots`, { query: { before, limit: 20 } }),
   compact: (sessionId) => request("POST", `/api/v1/chat/sessions/${sessionId}/compact`, { body: {} }),
   agents: () => request("GET", "/api/v1/agents"),
   memoryEntries: (agentId) => request("GET", `/api/v1/agents/${agentId}/memory/entries`),

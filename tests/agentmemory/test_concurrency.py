@@ -13,7 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 
+import pytest
+
 from agentmemory import store
+from tests.agentmemory.conftest import fake_row
+
+pytestmark = pytest.mark.usefixtures("fake_agents")
 
 AGENT = 5
 DAY = date(2025, 6, 1)
@@ -69,6 +74,10 @@ def _process_worker(runtime: str, writer: int, per_writer: int, threads: int, st
 
     django.setup()
     from django.test.utils import override_settings
+
+    from agentmemory import folders
+
+    folders.agent_lookup = fake_row  # no agents in a database here
 
     with override_settings(RUNTIME_DIR=Path(runtime), AGENT_MEMORY_STORAGE=""):
         start.wait()

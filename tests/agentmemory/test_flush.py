@@ -15,12 +15,12 @@ from agentmemory import flush, store
 from agentmemory.flush import (
     ARCHIVE_HEADING,
     memory_flush_audit,
-    memory_flush_before_roll,
+    memory_flush_before_compaction,
     parse_facts,
 )
 from agentmemory.models import ExtractStatus, MemoryFlush, NoteStatus
+from chat.context import TailMessage, context_compact
 from chat.models import ChatSession
-from chat.services.context import TailMessage, context_roll
 from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +56,7 @@ def test_note_written_before_the_anchor_moves(agent_session, fake_llm, monkeypat
         return real_append(**kwargs)
 
     monkeypatch.setattr(flush.store, "daily_note_append", spy)
-    result = context_roll(session_id=session.pk, trigger="manual")
+    result = context_compact(session_id=session.pk, trigger="manual")
     assert result.outcome == "committed", result
     session.refresh_from_db()
     assert seen and seen[0] is None
@@ -76,7 +76,7 @@ def test_failed_extraction_never_blocks_the_summary(agent_session, fake_llm, cap
     agent, session = agent_session
     fake_llm.fail_next("500", target="chat", times=10)  # every extraction attempt fails
     with caplog.at_level(logging.WARNING, logger="agentmemory.flush"):
-        result = context_roll(session_id=session.pk, trigger="manual")
+        result = context_compact(session_id=session.pk, trigger="manual")
     assert result.outcome == "committed"
     session.refresh_from_db()
     assert session.verbatim_since_message_id is not None
@@ -105,7 +105,7 @@ def test_failed_append_aborts_the_compaction(agent_session, fake_llm, monkeypatc
         raise OSError("disk full")
 
     monkeypatch.setattr(flush.store, "daily_note_append", broken)
-    result = context_roll(session_id=session.pk, trigger="manual")
+    result = context_compact(session_id=session.pk, trigger="manual")
     assert result.outcome == "failed" and "disk full" in result.error
     session.refresh_from_db()
     assert session.verbatim_since_message_id is None  # nothing left the verbatim context
@@ -118,14 +118,14 @@ def test_retried_compaction_does_not_archive_twice(agent_session, fake_llm, capl
     agent.save()
     session.refresh_from_db()
     fake_llm.fail_next("500", target="summary", times=10)
-    first = context_roll(session_id=session.pk, trigger="manual")
+    first = context_compact(session_id=session.pk, trigger="manual")
     assert first.outcome == "failed"
     session.refresh_from_db()
     assert session.verbatim_since_message_id is None
     assert _blocks(agent) == 1  # flushed before the summary call failed
     fake_llm.reset()
     with caplog.at_level(logging.INFO, logger="agentmemory.flush"):
-        second = context_roll(session_id=session.pk, trigger="manual")
+        second = context_compact(session_id=session.pk, trigger="manual")
     assert second.outcome == "committed"
     assert "agent_memory_flush_skipped" in caplog.text
     assert _blocks(agent) == 1
@@ -139,8 +139,8 @@ def test_overlapping_batches_append_only_new_messages(runtime, owner):
     agent = AgentFactory(owner=owner, config_json={"memory_auto_extract": False})
     session = ChatSessionFactory(owner=owner, agent=agent)
     rows = [TailMessage.from_row(r) for r in make_conversation(session, turns=4)]
-    memory_flush_before_roll(session=session, messages=rows[:4])
-    memory_flush_before_roll(session=session, messages=rows[:6])  # a wider cut on retry
+    memory_flush_before_compaction(session=session, messages=rows[:4])
+    memory_flush_before_compaction(session=session, messages=rows[:6])  # a wider cut on retry
     ranges = list(
         MemoryFlush.objects.order_by("id").values_list("from_message_id", "to_message_id")
     )
@@ -155,7 +155,7 @@ def test_pending_rows_are_settled_from_the_note(runtime, owner):
     agent = AgentFactory(owner=owner, config_json={"memory_auto_extract": False})
     session = ChatSessionFactory(owner=owner, agent=agent)
     rows = [TailMessage.from_row(r) for r in make_conversation(session, turns=4)]
-    memory_flush_before_roll(session=session, messages=rows[:2])
+    memory_flush_before_compaction(session=session, messages=rows[:2])
     # A crash after the append but before the ledger said so...
     MemoryFlush.objects.update(note_status=NoteStatus.PENDING)
     # ...and one before the append landed.
@@ -167,7 +167,7 @@ def test_pending_rows_are_settled_from_the_note(runtime, owner):
         note_date=timezone.localdate(),
         note_heading="x",
     )
-    memory_flush_before_roll(session=session, messages=rows[:4])
+    memory_flush_before_compaction(session=session, messages=rows[:4])
     assert _blocks(agent) == 2  # rows 0-1 once (settled as written), rows 2-3 appended now
     assert list(
         MemoryFlush.objects.order_by("from_message_id").values_list("note_status", flat=True)
@@ -181,7 +181,7 @@ def test_extraction_dedups_against_existing_entries(agent_session, fake_llm):
         '```json\n[{"fact": "the user prefers green tea", "tags": ["drinks"]},'
         ' {"fact": "The user lives in Lyon."}]\n```'
     )
-    assert context_roll(session_id=session.pk, trigger="manual").outcome == "committed"
+    assert context_compact(session_id=session.pk, trigger="manual").outcome == "committed"
     entries = {e.content: e for e in store.entry_list(agent_id=agent.pk)}
     assert set(entries) == {"the user prefers green tea", "The user lives in Lyon."}
     assert "drinks" in entries["the user prefers green tea"].tags
@@ -195,7 +195,7 @@ def test_extract_off_makes_no_call(agent_session, fake_llm):
     agent, session = agent_session
     agent.config_json = {"context": SMALL, "memory_auto_extract": False}
     agent.save()
-    assert context_roll(session_id=session.pk, trigger="manual").outcome == "committed"
+    assert context_compact(session_id=session.pk, trigger="manual").outcome == "committed"
     assert fake_llm.count("chat") == 0
     assert _blocks(agent) >= 1
 
@@ -203,7 +203,7 @@ def test_extract_off_makes_no_call(agent_session, fake_llm):
 def test_sessions_without_agent_flush_nothing(runtime, owner, settings):
     session = ChatSessionFactory(owner=owner)
     rows = [TailMessage.from_row(r) for r in make_conversation(session, turns=2)]
-    memory_flush_before_roll(session=session, messages=rows)
+    memory_flush_before_compaction(session=session, messages=rows)
     assert not MemoryFlush.objects.exists()
     assert not any(runtime.iterdir())
 
@@ -213,7 +213,7 @@ def test_offline_provider_skips_extraction(runtime, owner, settings):
     agent = AgentFactory(owner=owner)
     session = ChatSessionFactory(owner=owner, agent=agent)
     rows = [TailMessage.from_row(r) for r in make_conversation(session, turns=2)]
-    memory_flush_before_roll(session=session, messages=rows)
+    memory_flush_before_compaction(session=session, messages=rows)
     row = MemoryFlush.objects.get()
     assert row.extract_status == ExtractStatus.SKIPPED and "offline" in row.error
 
@@ -241,7 +241,7 @@ def test_parse_facts_refuses_non_lists(text):
 def test_daily_note_date_is_today(agent_session, fake_llm):
     agent, session = agent_session
     fake_llm.script("[]")
-    context_roll(session_id=session.pk, trigger="manual")
+    context_compact(session_id=session.pk, trigger="manual")
     row = MemoryFlush.objects.get()
     assert row.note_date == timezone.localdate()
     assert isinstance(row.note_date, date)

@@ -142,8 +142,8 @@ def test_api_on_a_non_default_storage_backend(api, agent, settings, runtime):
 def test_admin_pages(client, runtime, owner):
     from django.urls import reverse
 
-    from agentmemory.flush import memory_flush_before_roll
-    from chat.services.context import TailMessage
+    from agentmemory.flush import memory_flush_before_compaction
+    from chat.context import TailMessage
     from tests.factories import UserFactory, make_conversation
 
     root = UserFactory(username="root", is_staff=True, is_superuser=True)
@@ -151,7 +151,7 @@ def test_admin_pages(client, runtime, owner):
     agent = AgentFactory(owner=owner, config_json={"memory_auto_extract": False})
     session = ChatSessionFactory(owner=owner, agent=agent)
     rows = [TailMessage.from_row(r) for r in make_conversation(session, turns=2)]
-    memory_flush_before_roll(session=session, messages=rows)
+    memory_flush_before_compaction(session=session, messages=rows)
     assert client.get(reverse("admin:agentmemory_memoryflush_changelist")).status_code == 200
     # the agent form refuses what the API refuses
     url = reverse("admin:chat_agent_change", args=[agent.pk])

@@ -17,8 +17,12 @@ from hypothesis import strategies as st
 
 from agentmemory import paths, store
 from agentmemory.paths import UnsafeName
+from tests.agentmemory.conftest import agent_dir, fake_root
+
+pytestmark = pytest.mark.usefixtures("fake_agents")
 
 AGENT = 7
+ROOT = fake_root(AGENT)
 
 # Pieces attackers (and confused models) use; hypothesis glues them together with junk.
 _FRAGMENTS = [
@@ -82,11 +86,11 @@ def _assert_confined(storage_name: str, *, prefix: str) -> None:
 @given(name=names)
 def test_fuzz_no_name_resolves_outside_the_agent_root(name, tmp_path: Path):
     storage = FileSystemStorage(location=tmp_path)
-    real_root = os.path.join(os.path.realpath(tmp_path), str(AGENT))
+    real_root = os.path.join(os.path.realpath(tmp_path), ROOT)
     candidates = []
     for build, prefix in (
-        (lambda n: paths.workspace_storage_name(agent_id=AGENT, path=n), f"{AGENT}/workspace/"),
-        (lambda n: paths.entry_storage_name(agent_id=AGENT, name=n), f"{AGENT}/memory/entries/"),
+        (lambda n: paths.workspace_storage_name(root=ROOT, path=n), f"{ROOT}/workspace/"),
+        (lambda n: paths.entry_storage_name(root=ROOT, name=n), f"{ROOT}/memory/entries/"),
     ):
         try:
             storage_name = build(name)
@@ -101,7 +105,7 @@ def test_fuzz_no_name_resolves_outside_the_agent_root(name, tmp_path: Path):
     else:
         assert name == f"{day.isoformat()}.md"
     for storage_name in candidates:
-        absolute = paths.filesystem_path(storage=storage, agent_id=AGENT, name=storage_name)
+        absolute = paths.filesystem_path(storage=storage, root=ROOT, name=storage_name)
         assert absolute is not None
         assert os.path.realpath(absolute).startswith(real_root + os.sep)
 
@@ -116,7 +120,7 @@ def test_fuzz_store_functions_refuse_or_stay_inside(name, runtime: Path):
     except UnsafeName:
         pass
     else:
-        assert (runtime / str(AGENT) / "workspace" / name).is_file()
+        assert (agent_dir(runtime, AGENT) / "workspace" / name).is_file()
     with contextlib.suppress(UnsafeName, store.MemoryNotFound):
         store.entry_read(agent_id=AGENT, name=name)
     assert sorted(p.name for p in outside.iterdir()) == before
@@ -125,16 +129,42 @@ def test_fuzz_store_functions_refuse_or_stay_inside(name, runtime: Path):
 @given(agent_id=st.one_of(st.integers(), st.booleans(), st.text(), st.floats(), st.none()))
 def test_fuzz_agent_id(agent_id):
     try:
-        root = paths.agent_root(agent_id=agent_id)
+        checked = paths.checked_agent_id(agent_id)
     except UnsafeName:
         return
-    assert type(agent_id) is int and agent_id > 0 and root == str(agent_id)
+    assert type(agent_id) is int and agent_id > 0 and checked == agent_id
 
 
 @pytest.mark.parametrize("agent_id", [0, -1, True, "1", 1.0, None, 2**64])
 def test_bad_agent_ids(agent_id):
     with pytest.raises(UnsafeName):
-        paths.memory_dir(agent_id=agent_id)
+        store.entry_list(agent_id=agent_id)
+
+
+@given(root=st.one_of(st.text(), st.uuids().map(str), st.integers(), st.none()))
+def test_fuzz_folder_names_are_canonical_uuids_only(root):
+    try:
+        checked = paths.checked_root(root)
+    except UnsafeName:
+        return
+    assert isinstance(root, str) and str(__import__("uuid").UUID(root)) == checked == root
+
+
+@pytest.mark.parametrize(
+    "root",
+    [
+        "7",
+        "..",
+        "",
+        "A" * 36,
+        "ABCDEF00-0000-0000-0000-00000000000A",
+        ROOT + "/x",
+        ROOT.replace("-", ""),
+    ],
+)
+def test_bad_folder_names(root):
+    with pytest.raises(UnsafeName):
+        paths.memory_dir(root=root)
 
 
 @pytest.mark.parametrize(
@@ -180,14 +210,14 @@ def test_bad_agent_ids(agent_id):
 )
 def test_bad_workspace_paths(path):
     with pytest.raises(UnsafeName):
-        paths.workspace_storage_name(agent_id=AGENT, path=path)
+        paths.workspace_storage_name(root=ROOT, path=path)
 
 
 @pytest.mark.parametrize(
     "path", ["a.txt", "docs/notes-1.md", "A_b/c.d.e", "_x", "1/2/3/4/5/6/7/8", "x" * 100]
 )
 def test_good_workspace_paths(path):
-    assert paths.workspace_storage_name(agent_id=AGENT, path=path) == f"7/workspace/{path}"
+    assert paths.workspace_storage_name(root=ROOT, path=path) == f"{ROOT}/workspace/{path}"
 
 
 @pytest.mark.parametrize(
@@ -200,7 +230,7 @@ def test_bad_entry_names(name):
 
 @pytest.mark.parametrize("name", ["foo", "foo.md", "a-b_c", "0", "x" * 81])
 def test_good_entry_names(name):
-    assert paths.entry_storage_name(agent_id=AGENT, name=name).endswith(
+    assert paths.entry_storage_name(root=ROOT, name=name).endswith(
         f"/entries/{name.removesuffix('.md')}.md"
     )
 
@@ -226,8 +256,8 @@ def test_bad_daily_names(name):
 
 def test_good_daily_names():
     assert paths.parse_daily_note_filename("2024-02-29.md") == date(2024, 2, 29)
-    assert paths.daily_note_storage_name(agent_id=AGENT, day=date(2024, 2, 29)) == (
-        "7/memory/2024-02-29.md"
+    assert paths.daily_note_storage_name(root=ROOT, day=date(2024, 2, 29)) == (
+        f"{ROOT}/memory/2024-02-29.md"
     )
 
 
@@ -237,7 +267,7 @@ def test_day_must_be_a_date_not_a_datetime_or_string():
     days: list[Any] = [datetime(2024, 1, 1), "2024-01-01"]
     for day in days:
         with pytest.raises(UnsafeName):
-            paths.daily_note_storage_name(agent_id=AGENT, day=day)
+            paths.daily_note_storage_name(root=ROOT, day=day)
 
 
 # --- symlinks planted inside the root -------------------------------------------------------
@@ -253,7 +283,7 @@ def outside(tmp_path: Path) -> Path:
 
 def test_symlinked_directory_pointing_outside_is_refused(runtime: Path, outside: Path):
     store.workspace_write(agent_id=AGENT, path="ok.txt", content="fine")
-    (runtime / "7" / "workspace" / "evil").symlink_to(outside, target_is_directory=True)
+    (agent_dir(runtime, 7) / "workspace" / "evil").symlink_to(outside, target_is_directory=True)
     with pytest.raises(UnsafeName):
         store.workspace_read(agent_id=AGENT, path="evil/secret.txt")
     with pytest.raises(UnsafeName):
@@ -263,7 +293,7 @@ def test_symlinked_directory_pointing_outside_is_refused(runtime: Path, outside:
 
 
 def test_symlinked_file_pointing_outside_is_refused(runtime: Path, outside: Path):
-    workspace = runtime / "7" / "workspace"
+    workspace = agent_dir(runtime, 7) / "workspace"
     workspace.mkdir(parents=True)
     (workspace / "link.txt").symlink_to(outside / "secret.txt")
     with pytest.raises(UnsafeName):
@@ -275,7 +305,7 @@ def test_symlinked_file_pointing_outside_is_refused(runtime: Path, outside: Path
 
 
 def test_dangling_symlink_to_outside_is_refused(runtime: Path, outside: Path):
-    workspace = runtime / "7" / "workspace"
+    workspace = agent_dir(runtime, 7) / "workspace"
     workspace.mkdir(parents=True)
     (workspace / "new.txt").symlink_to(outside / "not-yet.txt")
     with pytest.raises(UnsafeName):
@@ -285,12 +315,12 @@ def test_dangling_symlink_to_outside_is_refused(runtime: Path, outside: Path):
 
 def test_symlinked_entry_and_daily_note_are_refused(runtime: Path, outside: Path):
     store.entry_write(agent_id=AGENT, name="real", content="A real fact")
-    entries = runtime / "7" / "memory" / "entries"
+    entries = agent_dir(runtime, 7) / "memory" / "entries"
     (entries / "leak.md").symlink_to(outside / "secret.txt")
     with pytest.raises(UnsafeName):
         store.entry_read(agent_id=AGENT, name="leak")
     assert [e.name for e in store.entry_list(agent_id=AGENT)] == ["real"]
-    (runtime / "7" / "memory" / "2025-01-01.md").symlink_to(outside / "secret.txt")
+    (agent_dir(runtime, 7) / "memory" / "2025-01-01.md").symlink_to(outside / "secret.txt")
     with pytest.raises(UnsafeName):
         store.daily_note_append(agent_id=AGENT, day=date(2025, 1, 1), heading="h", body="b")
     with pytest.raises(UnsafeName):
@@ -299,8 +329,7 @@ def test_symlinked_entry_and_daily_note_are_refused(runtime: Path, outside: Path
 
 
 def test_symlinked_memory_folder_pointing_outside_is_refused(runtime: Path, outside: Path):
-    (runtime / "7").mkdir()
-    (runtime / "7" / "memory").symlink_to(outside, target_is_directory=True)
+    (agent_dir(runtime, 7) / "memory").symlink_to(outside, target_is_directory=True)
     with pytest.raises(UnsafeName):
         store.daily_note_append(agent_id=AGENT, day=date(2025, 1, 1), heading="h", body="b")
     with pytest.raises(UnsafeName):
@@ -309,7 +338,7 @@ def test_symlinked_memory_folder_pointing_outside_is_refused(runtime: Path, outs
 
 
 def test_symlinked_agent_root_is_refused(runtime: Path, outside: Path):
-    (runtime / "7").symlink_to(outside, target_is_directory=True)
+    agent_dir(runtime, 7, create=False).symlink_to(outside, target_is_directory=True)
     with pytest.raises(UnsafeName):
         store.workspace_write(agent_id=AGENT, path="x.txt", content="x")
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
@@ -317,17 +346,17 @@ def test_symlinked_agent_root_is_refused(runtime: Path, outside: Path):
 
 def test_symlink_that_stays_inside_the_agent_root_is_allowed(runtime: Path):
     store.workspace_write(agent_id=AGENT, path="real/a.txt", content="inside")
-    (runtime / "7" / "workspace" / "alias").symlink_to(
-        runtime / "7" / "workspace" / "real", target_is_directory=True
+    (agent_dir(runtime, 7) / "workspace" / "alias").symlink_to(
+        agent_dir(runtime, 7) / "workspace" / "real", target_is_directory=True
     )
     assert store.workspace_read(agent_id=AGENT, path="alias/a.txt") == "inside"
 
 
 def test_symlink_into_another_agents_folder_is_refused(runtime: Path):
     store.workspace_write(agent_id=8, path="mine.txt", content="agent 8 only")
-    (runtime / "7" / "workspace").mkdir(parents=True)
-    (runtime / "7" / "workspace" / "peek").symlink_to(
-        runtime / "8" / "workspace", target_is_directory=True
+    (agent_dir(runtime, 7) / "workspace").mkdir(parents=True)
+    (agent_dir(runtime, 7) / "workspace" / "peek").symlink_to(
+        agent_dir(runtime, 8) / "workspace", target_is_directory=True
     )
     with pytest.raises(UnsafeName):
         store.workspace_read(agent_id=AGENT, path="peek/mine.txt")
@@ -340,4 +369,4 @@ def test_symlinked_runtime_dir_itself_is_fine(settings, tmp_path: Path):
     settings.RUNTIME_DIR = tmp_path / "link-runtime"
     settings.AGENT_MEMORY_STORAGE = ""
     store.workspace_write(agent_id=AGENT, path="a.txt", content="ok")
-    assert (real / "7" / "workspace" / "a.txt").read_text() == "ok"
+    assert (real / ROOT / "workspace" / "a.txt").read_text() == "ok"

@@ -13,48 +13,93 @@ from agentmemory.remember import remember_request
 from tests.factories import AgentFactory, ChatSessionFactory
 from tests.helpers import send_streaming
 
+# (message, the fact stored). English and Chinese, the imperative and the request said as a
+# wish, with openers, politeness and punctuation varied.
+REQUESTS = [
+    ("Remember that my cat is called Miso.", "my cat is called Miso."),
+    ("please remember: the deploy key lives in vault/prod", "the deploy key lives in vault/prod"),
+    ("Don't forget I'm allergic to peanuts", "I'm allergic to peanuts"),
+    ("dont forget, standup is at 9:30", "standup is at 9:30"),
+    ("Thanks! Also, remember my birthday is May 3.", "my birthday is May 3."),
+    ("Remember to call me Sam from now on", "to call me Sam from now on"),
+    ("Okay, remember this: the staging DB is db-2.", "the staging DB is db-2."),
+    ("Please always remember I prefer metric units", "I prefer metric units"),
+    ("Never forget that prod deploys need two approvals", "prod deploys need two approvals"),
+    ("Make a note: the wifi password is hunter2", "the wifi password is hunter2"),
+    ("I want you to remember that I'm vegetarian.", "I'm vegetarian."),
+    ("I'd like you to remember my son's name is Leo", "my son's name is Leo"),
+    ("I need you to remember: invoices go to ap@example.com", "invoices go to ap@example.com"),
+    ("Do not forget the meeting moved to 3pm", "the meeting moved to 3pm"),
+    ("记住我喜欢喝绿茶", "我喜欢喝绿茶"),
+    ("请记住：项目代号是青鸟", "项目代号是青鸟"),
+    ("别忘了周五要交报告。", "周五要交报告。"),
+    ("好的。不要忘记我的生日是五月三号", "我的生日是五月三号"),
+    # The phrasings issue 17 named.
+    ("请你记住我的邮箱是 a@b.cn", "我的邮箱是 a@b.cn"),
+    ("请你记住，我下周二出差。", "我下周二出差。"),
+    ("你记住：服务器地址是 10.0.0.8", "服务器地址是 10.0.0.8"),
+    ("你记住，我不吃香菜", "我不吃香菜"),
+    ("好的，记住我的车牌是沪A12345", "我的车牌是沪A12345"),
+    ("好，记住：会议改到三点", "会议改到三点"),
+    ("我希望你记住我是素食者", "我是素食者"),
+    ("我希望你记住：报告要用中文写。", "报告要用中文写。"),
+    ("我希望你能记住我女儿叫小雨", "我女儿叫小雨"),
+    # More of the same family.
+    ("请您记住，发票抬头是青鸟科技", "发票抬头是青鸟科技"),
+    ("麻烦你记住我的工号 8812", "我的工号 8812"),
+    ("对了，记住我住在杭州", "我住在杭州"),
+    ("谢谢！另外，请记住我周末不看消息", "我周末不看消息"),
+    ("你一定要记住密钥放在 /etc/app/key", "密钥放在 /etc/app/key"),
+    ("务必记住：上线前先备份数据库", "上线前先备份数据库"),
+    ("帮我记下来：明天九点开会", "明天九点开会"),
+    ("记住了，明天八点出发", "明天八点出发"),
+    ("千万别忘了给妈妈打电话", "给妈妈打电话"),
+    ("我想让你记住我的名字是王芳", "我的名字是王芳"),
+    ("嗯，你要记住我对花生过敏", "我对花生过敏"),
+]
 
-@pytest.mark.parametrize(
-    ("text", "fact"),
-    [
-        ("Remember that my cat is called Miso.", "my cat is called Miso."),
-        (
-            "please remember: the deploy key lives in vault/prod",
-            "the deploy key lives in vault/prod",
-        ),
-        ("Don't forget I'm allergic to peanuts", "I'm allergic to peanuts"),
-        ("dont forget, standup is at 9:30", "standup is at 9:30"),
-        ("Thanks! Also, remember my birthday is May 3.", "my birthday is May 3."),
-        ("Remember to call me Sam from now on", "to call me Sam from now on"),
-        ("记住我喜欢喝绿茶", "我喜欢喝绿茶"),
-        ("请记住：项目代号是青鸟", "项目代号是青鸟"),
-        ("别忘了周五要交报告。", "周五要交报告。"),
-        ("好的。不要忘记我的生日是五月三号", "我的生日是五月三号"),
-    ],
-)
+NOT_REQUESTS = [
+    "Do you remember when we talked about Rust?",
+    "do you remember what I said",
+    "Remember when we went to Lyon?",
+    "I remember the old API",
+    "Can you remember my name?",
+    "remember?",
+    "Remember me?",
+    "What did I ask you to remember?",
+    "The word remember is a verb.",
+    "I want you to remember when we met.",
+    "Do you still remember my address?",
+    "I forgot my keys again",
+    "She told me to remember the milk",
+    "Remember how we fixed it last time?",
+    "你还记得我们上次聊的吗",
+    "你还记得我的生日吗？",
+    "你还记得我叫什么",
+    "你记住了吗？",
+    "你记住了吗",
+    "记住了吗",
+    "我记住了",
+    "我记住了你的名字",
+    "你记住了我的名字",
+    "你记住没有",
+    "你能记住我的生日吗？",
+    "他记住了所有的电话号码。",
+    "我总是记不住别人的名字",
+    "请记住",
+    "好的，记住",
+    "我希望你记住了",
+    "你记得带伞吗",
+    "",
+]
+
+
+@pytest.mark.parametrize(("text", "fact"), REQUESTS)
 def test_remember_requests_are_detected(text, fact):
     assert remember_request(text) == fact
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "Do you remember when we talked about Rust?",
-        "do you remember what I said",
-        "Remember when we went to Lyon?",
-        "I remember the old API",
-        "Can you remember my name?",
-        "remember?",
-        "Remember me?",
-        "What did I ask you to remember?",
-        "The word remember is a verb.",
-        "你还记得我们上次聊的吗",
-        "你记住了吗？",
-        "记住了吗",
-        "我记住了",
-        "",
-    ],
-)
+@pytest.mark.parametrize("text", NOT_REQUESTS)
 def test_no_false_positives(text):
     assert remember_request(text) is None
 
@@ -123,3 +168,26 @@ def test_memory_auto_append_writes_every_turn(api, owner, fake_llm, runtime):
     quiet = ChatSessionFactory(owner=owner, agent=other)
     api.post("/api/v1/chat/send", {"session_id": quiet.pk, "content": "hi"}, format="json")
     assert store.daily_note_read(agent_id=other.pk, day=timezone.localdate()) == ""
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_agent_send_reads_the_memory_entries_once(
+    api, owner, fake_llm, runtime, monkeypatch, stream
+):
+    """The checks, the payload, the `done` budget and the response all use one load."""
+    agent = AgentFactory(owner=owner)
+    session = ChatSessionFactory(owner=owner, agent=agent)
+    store.entry_write(agent_id=agent.pk, name=None, content="The user's dog is called Rex.")
+    loads = []
+    entry_list = store.entry_list
+    monkeypatch.setattr(store, "entry_list", lambda **kw: loads.append(kw) or entry_list(**kw))
+    fake_llm.script("Rex is a good name.")
+    if stream:
+        events = send_streaming(api, session, "what is my dog called?")
+        assert events[-1]["type"] == "done"
+    else:
+        body = {"session_id": session.pk, "content": "what is my dog called?"}
+        assert api.post("/api/v1/chat/send", body, format="json").status_code == 200
+    assert len(loads) == 1
+    assert "Rex" in fake_llm.calls[-1].body["messages"][0]["content"]

@@ -16,8 +16,13 @@ from django.core.files.storage import FileSystemStorage, InMemoryStorage
 from agentmemory import store
 from agentmemory.storage import get_memory_storage
 from agentmemory.store import MemoryNotFound, TooLarge, UnsafeName
+from tests.agentmemory.conftest import fake_root
+
+pytestmark = pytest.mark.usefixtures("fake_agents")
 
 A = 9
+ROOT = fake_root(A)
+MARKER = ".cadau-agent.json"
 DAY = date(2025, 1, 2)
 
 
@@ -97,10 +102,10 @@ def test_everything_goes_through_the_backend(memory_backend: InMemoryStorage, tm
     assert store.workspace_list(agent_id=A) == ["notes/todo.md", "readme.txt"]
 
     # The files are where the layout says, inside the backend, with no renamed copies.
-    assert memory_backend.listdir("9") == (["memory", "workspace"], [])
-    assert memory_backend.listdir("9/memory") == (["entries"], ["2025-01-02.md"])
-    assert memory_backend.listdir("9/memory/entries") == ([], ["user-likes-green-tea.md"])
-    assert memory_backend.listdir("9/workspace/notes") == ([], ["todo.md"])
+    assert memory_backend.listdir(ROOT) == (["memory", "workspace"], [MARKER])
+    assert memory_backend.listdir(f"{ROOT}/memory") == (["entries"], ["2025-01-02.md"])
+    assert memory_backend.listdir(f"{ROOT}/memory/entries") == ([], ["user-likes-green-tea.md"])
+    assert memory_backend.listdir(f"{ROOT}/workspace/notes") == ([], ["todo.md"])
     _assert_nothing_on_disk(tmp_path)
 
 
@@ -131,7 +136,7 @@ def test_dotted_path_setting_and_recorded_calls(settings, tmp_path: Path):
     store.workspace_write(agent_id=A, path="f.txt", content="1")
     store.workspace_write(agent_id=A, path="f.txt", content="2")  # replace = delete + save
     assert store.workspace_read(agent_id=A, path="f.txt") == "2"
-    assert storage.calls["save"] == 3
+    assert storage.calls["save"] == 4  # the owner marker, the entry, the file twice
     assert storage.calls["delete"] == 1
     assert storage.calls["open"] >= 2 and storage.calls["listdir"] >= 2
     _assert_nothing_on_disk(tmp_path)
@@ -152,7 +157,7 @@ def test_threads_appending_on_a_non_filesystem_backend(memory_backend: InMemoryS
     for w in range(8):
         for i in range(10):
             assert text.count(f"## w{w}-{i}\n\nbody {w}-{i}\n") == 1
-    assert memory_backend.listdir("9/memory") == ([], ["2025-01-02.md"])
+    assert memory_backend.listdir(f"{ROOT}/memory") == ([], ["2025-01-02.md"])
 
 
 def test_default_is_filesystem_at_runtime_dir(settings, tmp_path: Path):

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agentmemory import store
+from agentmemory import fileio, store
 from agentmemory.store import MemoryEntry, MemoryNotFound, TooLarge, UnsafeName
+from tests.agentmemory.conftest import agent_dir
+
+pytestmark = pytest.mark.usefixtures("fake_agents")
 
 A = 3
 DAY = date(2025, 3, 14)
@@ -32,7 +35,7 @@ def test_daily_note_append_creates_titled_note_and_appends_blocks(runtime: Path)
     assert text == (
         "# 2025-03-14\n\n## Context compaction archive\n\nuser: hi\n\n## Turn\n\nassistant: hello\n"
     )
-    assert (runtime / "3" / "memory" / "2025-03-14.md").read_text() == text
+    assert (agent_dir(runtime, 3) / "memory" / "2025-03-14.md").read_text() == text
     assert store.daily_note_list(agent_id=A) == [DAY]
 
 
@@ -44,7 +47,7 @@ def test_daily_note_heading_cannot_inject_lines(runtime: Path):
 
 
 def test_daily_note_append_after_hand_edit_without_final_newline(runtime: Path):
-    note = runtime / "3" / "memory" / "2025-03-14.md"
+    note = agent_dir(runtime, 3) / "memory" / "2025-03-14.md"
     note.parent.mkdir(parents=True)
     note.write_text("my own notes")
     store.daily_note_append(agent_id=A, day=DAY, heading="h", body="b")
@@ -52,7 +55,7 @@ def test_daily_note_append_after_hand_edit_without_final_newline(runtime: Path):
 
 
 def test_daily_note_list_ignores_other_files(runtime: Path):
-    memory = runtime / "3" / "memory"
+    memory = agent_dir(runtime, 3) / "memory"
     memory.mkdir(parents=True)
     for name in ("2025-01-01.md", "2025-02-30.md", "notes.md", ".2025-01-01.md.lock"):
         (memory / name).write_text("x")
@@ -102,7 +105,7 @@ def test_entry_file_format(runtime: Path):
     entry = store.entry_write(
         agent_id=A, name="tea", content="Likes tea", source_session_id=1, tags=["x"]
     ).entry
-    text = (runtime / "3" / "memory" / "entries" / "tea.md").read_text()
+    text = (agent_dir(runtime, 3) / "memory" / "entries" / "tea.md").read_text()
     assert text == (
         "---\n"
         f"created: {entry.created.isoformat(timespec='microseconds')}\n"
@@ -156,7 +159,9 @@ def test_entry_validation(runtime: Path):
         store.entry_write(agent_id=A, name=None, content="x", source_session_id=0)
     with pytest.raises(ValueError):
         store.entry_write(agent_id=A, name=None, content="x", source_message_id=True)
-    assert not (runtime / "3" / "memory" / "entries").exists() or not store.entry_list(agent_id=A)
+    assert not (agent_dir(runtime, 3) / "memory" / "entries").exists() or not store.entry_list(
+        agent_id=A
+    )
 
 
 def test_agents_are_isolated(runtime: Path):
@@ -296,7 +301,7 @@ def test_entries_for_prompt_multiline_and_empty(runtime: Path):
 
 
 def _entry_file(runtime: Path, name: str, text: str) -> None:
-    entries = runtime / "3" / "memory" / "entries"
+    entries = agent_dir(runtime, 3) / "memory" / "entries"
     entries.mkdir(parents=True, exist_ok=True)
     (entries / name).write_text(text)
 
@@ -347,7 +352,7 @@ def test_body_may_contain_fences_and_crlf(runtime: Path):
 
 
 def test_invalid_utf8_and_stray_files(runtime: Path):
-    entries = runtime / "3" / "memory" / "entries"
+    entries = agent_dir(runtime, 3) / "memory" / "entries"
     entries.mkdir(parents=True)
     (entries / "bin.md").write_bytes(b"caf\xe9 fact")
     for stray in ("Upper.md", "notes.txt", ".entries.lock", ".x.md.abc.tmp", "a.b.md"):
@@ -373,9 +378,12 @@ def test_workspace_write_read_list(runtime: Path):
     store.workspace_write(agent_id=A, path="plan.md", content="# Plan v2\n")
     assert store.workspace_read(agent_id=A, path="plan.md") == "# Plan v2\n"
     assert store.workspace_list(agent_id=A) == ["plan.md", "src/app/main.py"]
-    assert (runtime / "3" / "workspace" / "src" / "app" / "main.py").is_file()
+    assert (agent_dir(runtime, 3) / "workspace" / "src" / "app" / "main.py").is_file()
     # No temp or lock files left behind.
-    assert sorted(p.name for p in (runtime / "3" / "workspace").iterdir()) == ["plan.md", "src"]
+    assert sorted(p.name for p in (agent_dir(runtime, 3) / "workspace").iterdir()) == [
+        "plan.md",
+        "src",
+    ]
 
 
 def test_workspace_missing_and_unsafe(runtime: Path):
@@ -397,7 +405,7 @@ def test_workspace_size_caps(runtime: Path):
         store.workspace_write(agent_id=A, path="big.txt", content="x" * (cap + 1))
     with pytest.raises(TooLarge):  # multi-byte characters count as bytes
         store.workspace_write(agent_id=A, path="big.txt", content="字" * (cap // 3 + 1))
-    (runtime / "3" / "workspace" / "huge.txt").write_bytes(b"y" * (cap + 1))
+    (agent_dir(runtime, 3) / "workspace" / "huge.txt").write_bytes(b"y" * (cap + 1))
     with pytest.raises(TooLarge):
         store.workspace_read(agent_id=A, path="huge.txt")
 
@@ -414,7 +422,7 @@ def test_workspace_file_folder_conflicts(runtime: Path):
 
 
 def test_workspace_list_hides_unlistable_names(runtime: Path):
-    workspace = runtime / "3" / "workspace"
+    workspace = agent_dir(runtime, 3) / "workspace"
     workspace.mkdir(parents=True)
     (workspace / ".hidden").write_text("x")
     (workspace / "bad name.txt").write_text("x")
@@ -428,9 +436,8 @@ def test_atomic_write_failure_keeps_old_content(runtime: Path, monkeypatch):
     def boom(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(store.os, "replace", boom)
-    with pytest.raises(OSError, match="disk full"):
+    with monkeypatch.context() as patched, pytest.raises(OSError, match="disk full"):
+        patched.setattr(fileio.os, "replace", boom)
         store.workspace_write(agent_id=A, path="doc.txt", content="new")
-    monkeypatch.undo()
     assert store.workspace_read(agent_id=A, path="doc.txt") == "old"
-    assert sorted(p.name for p in (runtime / "3" / "workspace").iterdir()) == ["doc.txt"]
+    assert sorted(p.name for p in (agent_dir(runtime, 3) / "workspace").iterdir()) == ["doc.txt"]

@@ -7,7 +7,12 @@ created for this process), and tests write through `transactional_db` so the ser
 committed rows. The fake LLM server runs in this process; tests script it directly.
 
 Chromium is the system one (`/usr/bin/chromium`, installed by `.ci/run` when missing); without
-it the whole module is skipped with that reason. `playwright install` is never needed."""
+it the whole module is skipped with that reason. `playwright install` is never needed.
+
+Tests drive the page as a person would and read the DOM. The one way into the app's state is
+the frozen hook `window.cadau` (static/chat/app.js, `exposeTestHook`): `cadau.win` answers where
+the message window stands (`cap`, `count`, `messages` as copies, `olderCursor`, `atLiveEdge`)
+and `cadau.socket.drop()` drops the WebSocket, which reconnects by itself."""
 
 from __future__ import annotations
 
@@ -20,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from bench.procs import CHROMIUM, CHROMIUM_ARGS, ServerProcess, database_url
-from chat.llm.fake_server import FakeLLMServer
+from bench.procs import CHROMIUM, CHROMIUM_ARGS, NO_LIMITS, ServerProcess, database_url
+from devtools.fakellm import FakeLLMServer
 from tests.factories import UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +77,10 @@ def live_app(
     log = ROOT / "artifacts" / "browser-daphne.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
+    # Every test logs in through the form from 127.0.0.1 as one user, and the server's counters
+    # (its own memory on SQLite) are not reset between tests; tests/test_limits.py and
+    # tests/chat/test_limits_chat.py cover the limits.
+    env.update(NO_LIMITS)
     env.update(
         DATABASE_URL=_database_url(),
         DEBUG="false",

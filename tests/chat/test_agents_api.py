@@ -12,7 +12,8 @@ from tests.factories import AgentFactory, ChatSessionFactory
 pytestmark = pytest.mark.django_db
 
 
-def test_create_list_retrieve_update_delete(api, owner):
+def test_create_list_retrieve_update_delete(api, owner, settings):
+    settings.LLM_ALLOWED_MODELS = ["gpt-x"]  # the operator allows the model the agent names
     r = api.post(
         "/api/v1/agents",
         {

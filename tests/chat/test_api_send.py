@@ -8,7 +8,7 @@ import pytest
 from cadau.contextconfig import ContextConfig
 from chat.models import ChatMessage, ChatSession
 from tests.factories import ChatSessionFactory, make_conversation
-from tests.helpers import sse_events
+from tests.helpers import send_streaming, sse_events
 
 # The reply runs through database_sync_to_async, which cannot share a test transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,9 +135,54 @@ def test_send_over_the_threshold_compacts_first(api, owner, fake_llm, settings):
     events = sse_events(r)
     states = [e["state"] for e in events if e["type"] == "compaction"]
     assert states == ["started", "done"]
+    end = [e for e in events if e["type"] == "compaction"][-1]
+    # The ring moves when the compaction ends, before the reply's first token.
+    assert end["outcome"] == "committed" and end["messages_rolled"] > 0
+    assert end["context_budget"]["used_runes"] < 3000 * 0.8
     assert events[-1]["context_budget"]["used_runes"] <= 3000
     sent = [c for c in fake_llm.calls if c.kind == "chat"][-1].body["messages"]
     assert "rolled up" in sent[0]["content"]
+
+
+@pytest.mark.parametrize("turns", [12, 40])
+def test_with_background_compaction_no_send_waits_for_a_summary(
+    api, owner, fake_llm, settings, turns
+):
+    """A session found past the threshold (12 turns) or even past the hard limit (40 turns,
+    as an import leaves it: never summarised) is answered at once, from the payload as it is
+    or trimmed to the hard limit, and compacted in the background meanwhile."""
+    from chat.workers import background_wait
+
+    settings.CHAT_BACKGROUND_COMPACTION = True
+    settings.CHAT_CONTEXT = ContextConfig(
+        input_budget_runes=3000,
+        threshold_pct=80,
+        target_pct=50,
+        summary_max_runes=500,
+        min_verbatim=2,
+    )
+    session = ChatSessionFactory(owner=owner)
+    make_conversation(session, turns=turns, words=30)
+    fake_llm.script("answered at once")
+    events = sse_events(
+        api.post(
+            "/api/v1/chat/send",
+            {"session_id": session.pk, "content": "next"},
+            format="json",
+            HTTP_ACCEPT="text/event-stream",
+        )
+    )
+    done = events[-1]
+    assert done["message"]["content"] == "answered at once"
+    assert done["message"]["metadata"]["summary_calls_waited"] == 0
+    assert [e for e in events if e["type"] == "compaction"] == []
+    chat = next(c for c in fake_llm.calls if c.kind == "chat").body["messages"]
+    assert sum(len(m["content"]) for m in chat) <= 3000
+    assert chat[-1] == {"role": "user", "content": "next"}
+    background_wait()
+    session.refresh_from_db()
+    assert session.context_summary and session.verbatim_since_message_id is not None
+    assert fake_llm.count("summary") >= 1
 
 
 def test_bad_input_is_a_400_and_stores_nothing(api, owner, fake_llm, settings):
@@ -225,3 +270,19 @@ def test_a_reply_orphaned_after_the_startup_sweep_is_failed_by_the_next_send(api
     orphan.refresh_from_db()
     assert orphan.status == "failed" and orphan.content == "half a repl"
     assert "interrupted" in orphan.metadata["error"]
+
+
+def test_a_prompt_past_the_models_window_is_recovered_and_the_window_learned(api, owner, fake_llm):
+    """A llama.cpp-style server ends the stream before its first event when the prompt does
+    not fit its window (docs/real-llm-notes.md): Cadau learns a window, compacts, and the reply
+    still comes; the next send is built for the window and is not refused at all."""
+    fake_llm.configure(context_window=700)  # tokens; the default rune budget is far larger
+    session = ChatSessionFactory(owner=owner)
+    make_conversation(session, turns=12, words=40)
+    first = send_streaming(api, session, "first question")
+    assert first[-1]["message"]["status"] == "complete", first[-1]["message"]["metadata"]
+    assert first[-1]["context_budget"]["binding"] == "window"
+    refused = fake_llm.count("chat")
+    second = send_streaming(api, session, "second question")
+    assert second[-1]["message"]["status"] == "complete"
+    assert fake_llm.count("chat") == refused + 1  # fitted at once

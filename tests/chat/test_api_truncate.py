@@ -1,7 +1,7 @@
 import pytest
 
+from chat.context import context_budget_for
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
-from chat.services.budget import context_budget_for
 from chat.services.sessions import message_truncate
 from tests.factories import (
     ChatMessageFactory,
@@ -57,13 +57,14 @@ def test_truncate_after_the_anchor_keeps_the_summary(api, session):
     )
     assert response.status_code == 200, response.content
     body = response.json()
-    assert set(body) == {"deleted", "summary_rewound", "context_budget"}
-    assert body == {**body, "deleted": 8, "summary_rewound": False}
+    assert set(body) == {"deleted", "summary_rewound", "cancelled_reply_id", "context_budget"}
+    assert body == {**body, "deleted": 8, "summary_rewound": False, "cancelled_reply_id": None}
     session.refresh_from_db()
     assert ids(session) == all_ids[:12]
     assert session.message_count == 12
     assert session.context_summary == "summary through #7"
-    assert session.context_version == 2
+    # Moved all the same: a compaction in flight must not commit what it read before the cut.
+    assert session.context_version == 3
     assert not ContextSnapshot.objects.filter(outcome=SnapshotOutcome.REWOUND).exists()
 
 

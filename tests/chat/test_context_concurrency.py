@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 
 import pytest
 from django.db import connections
@@ -10,7 +12,7 @@ from rest_framework.test import APIClient
 
 from cadau.contextconfig import ContextConfig
 from chat.models import ChatMessage, ContextSnapshot, MessageStatus, SnapshotOutcome
-from chat.services.background import background_wait
+from chat.workers import background_wait
 from tests.factories import ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,7 +97,7 @@ def test_twenty_concurrent_sends_lose_nothing_and_summarise_each_message_once(
 
 
 def test_concurrent_compactions_of_one_session_commit_once(owner, fake_llm, settings):
-    from chat.services.context import context_roll
+    from chat.context import context_compact
 
     settings.CHAT_CONTEXT = SMALL
     session = ChatSessionFactory.create(owner=owner)
@@ -105,7 +107,7 @@ def test_concurrent_compactions_of_one_session_commit_once(owner, fake_llm, sett
 
     def roll() -> None:
         try:
-            outcomes.append(context_roll(session_id=session.pk, trigger="before_send").outcome)
+            outcomes.append(context_compact(session_id=session.pk, trigger="before_send").outcome)
         finally:
             connections.close_all()
 
@@ -142,3 +144,64 @@ def test_background_compaction_after_a_reply_spares_the_next_send(owner, fake_ll
     assert r.status_code == 200
     # the send itself did not have to wait on a summary
     assert fake_llm.count("summary") == summary_calls
+
+
+@pytest.mark.postgres_only
+def test_truncation_during_a_summarising_call_keeps_its_summary_out(owner, fake_llm, settings):
+    """A compaction reads the tail and summarises it without holding any lock; a truncation at
+    or after the anchor meanwhile deletes messages that call was given. Its commit must lose,
+    and the next compaction summarise only what survived. Runs on SQLite too; on PostgreSQL the
+    two really overlap on separate connections."""
+    from chat.context import context_compact
+    from chat.llm import reset_provider
+    from chat.services.sessions import message_truncate
+
+    settings.CHAT_CONTEXT = SMALL
+    settings.LLM_TIMEOUT_SECONDS = 20.0
+    reset_provider()
+    session = ChatSessionFactory.create(owner=owner)
+    rows = make_conversation(session, turns=14, words=14)
+    cut = rows[4]  # the third question: well inside what the first compaction folds
+    fake_llm.fail_next("hang", target="summary", seconds=15)
+    outcomes: list[str] = []
+
+    def compact() -> None:
+        try:
+            outcomes.append(
+                context_compact(session_id=session.pk, trigger="manual", force=True).outcome
+            )
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=compact)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while fake_llm.count("summary") == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert fake_llm.count("summary") == 1, "the summarising call never started"
+    held = fake_llm.calls[-1]
+    # The call in flight was handed the messages about to be deleted.
+    assert "question 7" in json.dumps(held.body)
+    result = message_truncate(session=session, message_id=cut.pk)
+    assert result.deleted == 24 and not result.summary_rewound
+    fake_llm.release()
+    worker.join(timeout=30)
+    assert outcomes == ["conflict"]
+
+    session.refresh_from_db()
+    assert session.context_summary == "" and session.verbatim_since_message_id is None
+    snaps = list(ContextSnapshot.objects.filter(session=session).order_by("id"))
+    assert [s.outcome for s in snaps] == [SnapshotOutcome.CONFLICT]
+    assert snaps[0].covers_to_message_id > cut.pk  # what it would have committed
+
+    # The next compaction folds only survivors.
+    fake_llm.script_summary("- question 0 and its answer")
+    later = context_compact(session_id=session.pk, trigger="manual", force=True)
+    assert later.outcome == "committed", later
+    session.refresh_from_db()
+    committed = ContextSnapshot.objects.get(session=session, outcome=SnapshotOutcome.COMMITTED)
+    assert committed.covers_to_message_id < cut.pk
+    assert session.verbatim_since_message_id in {r.pk for r in rows[:4]}
+    assert session.context_summary == "- question 0 and its answer"
+    sent = json.dumps(fake_llm.calls[-1].body)
+    assert "question 7" not in sent and "question 0" in sent

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cadau.contextconfig import ContextConfig
-from chat.services import context as ctx
+from chat import context as ctx
 
 ROLES = ["user", "assistant", "tool"]
 
@@ -68,11 +68,15 @@ def test_cut_is_a_turn_boundary_that_keeps_min_verbatim(tail, cfg, backlog, forc
 
 
 @settings(max_examples=400, deadline=None)
-@given(tail=tails(), limit=st.integers(min_value=500, max_value=40000))
-def test_trimmed_payload_fits_and_starts_at_a_turn(tail, limit):
+@given(
+    tail=tails(),
+    limit=st.integers(min_value=500, max_value=40000),
+    min_verbatim=st.integers(min_value=1, max_value=8),
+)
+def test_trimmed_payload_fits_starts_at_a_turn_and_keeps_the_question(tail, limit, min_verbatim):
     state = ctx.ContextState(
         session=None,
-        cfg=ContextConfig(),
+        cfg=ContextConfig(min_verbatim=min_verbatim),
         system_prompt="p" * 100,
         tail=tail,
         backlog=False,
@@ -81,14 +85,40 @@ def test_trimmed_payload_fits_and_starts_at_a_turn(tail, limit):
     # ContextState.summary reads session.context_summary; a stand-in with an empty summary.
     state.session = type("S", (), {"context_summary": ""})()
     total = 100 + sum(m.runes for m in tail)
+    users = [i for i, m in enumerate(tail) if m.role == "user"]
+    asked = tail[users[-1]] if users else None
     try:
-        kept, dropped = ctx._trim_to_fit(state=state, limit=limit)
+        trimmed = ctx.trim_to_fit(state=state, limit=limit)
     except ctx.PayloadTooLarge:
-        starts = [i for i, m in enumerate(tail) if m.role == "user"] or [0]
-        assert 100 + sum(m.runes for m in tail[starts[-1] :]) > limit
+        # Only when the message being answered cannot fit beside the system prompt.
+        assert asked is None or 100 + asked.runes > limit or _unshortenable(tail, limit)
         return
+    kept, dropped = trimmed.tail, trimmed.dropped
     assert 100 + sum(m.runes for m in kept) <= limit
-    assert kept == tail[dropped:]
-    if dropped:
+    # The same messages as the tail from `dropped` on, in order; each whole or its head and
+    # end around a marker; the message being answered always whole.
+    assert [m.id for m in kept] == [m.id for m in tail[dropped:]]
+    shortened = 0
+    for m, original in zip(kept, tail[dropped:], strict=True):
+        if m.content != original.content:
+            shortened += 1
+            head, _, end = m.content.partition("\n…[")
+            assert original.content.startswith(head)
+            assert original.content.endswith(end.split("]…\n", 1)[1])
+            assert m is not asked
+    assert shortened == trimmed.shortened
+    if dropped or shortened:
         assert total > limit
+    if dropped:
         assert kept[0].role == "user"
+
+
+def _unshortenable(tail: list[ctx.TailMessage], limit: int) -> bool:
+    """No start leaves a tail whose messages, shortened as far as they go, fit."""
+    floor = ctx.trim.MIN_KEPT_RUNES + len(ctx.trim.SHORTENED_MARKER.format(n=3000))
+    users = [i for i, m in enumerate(tail) if m.role == "user"]
+    last = users[-1]
+    least = 100 + sum(
+        m.runes if i == last else min(m.runes, floor) for i, m in enumerate(tail) if i >= last
+    )
+    return least > limit

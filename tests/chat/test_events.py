@@ -1,4 +1,4 @@
-"""chat.services.events: this process's sockets get events straight into their outbox, from the
+"""chat.events: this process's sockets get events straight into their outbox, from the
 event loop or from any thread, in order."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from chat.services import events
+from chat import events
 
 
 async def test_events_from_another_thread_arrive_in_order_on_the_sockets_loop():

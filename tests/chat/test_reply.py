@@ -1,4 +1,4 @@
-"""chat/services/reply.py: the database work of one reply, trip by trip.
+"""chat/turn/generate.py and rows.py: the database work of one reply, trip by trip.
 
 With 200 sends at once every query of a send is ORM time that holds the GIL while the other
 replies' tokens wait (bench/realtime.py), so the count per trip is pinned here: a change that
@@ -11,17 +11,18 @@ from dataclasses import replace
 import pytest
 from django.db.models import F
 
-from chat.models import Agent, ChatMessage, ChatSession, MessageStatus
-from chat.services import reply
-from chat.services.agents import agent_update
-from chat.services.context import (
+from chat.context import (
     TAIL_PAGE,
     context_budget_of,
     context_budget_read,
-    context_state_appended,
+    context_state_after_reply,
     context_state_fresh,
 )
-from chat.services.messages import reply_complete, turn_start
+from chat.models import Agent, ChatMessage, ChatSession, MessageStatus
+from chat.services.agents import agent_update
+from chat.turn import generate, turn_regenerate
+from chat.turn.checks import SendRequest
+from chat.turn.rows import reply_finish, turn_store
 from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
 
 
@@ -33,38 +34,40 @@ def session(owner):
     return session
 
 
-# With the turn: one query, the verbatim tail (session, agent and user message come from
-# turn_start). Without it (REST regenerate), the reply row and the user message are read too.
-@pytest.mark.parametrize(("pass_turn", "queries"), [(True, 1), (False, 3)])
-def test_prepare_reuses_the_rows_turn_start_stored(
-    session, django_assert_num_queries, pass_turn, queries
-):
-    started = turn_start(session=session, content="hello", client_id=None)
-    assert started.assistant_message is not None
-    turn = started if pass_turn else None
-    with django_assert_num_queries(queries):
-        prepared = reply._prepare(started.assistant_message.pk, session.pk, "hello", turn)
-    assert prepared.user_message == started.user_message
-    assert prepared.session.agent == session.agent
+def _sent(session):
+    send = SendRequest(user=session.owner, session_id=session.pk, content="hello", client_id=None)
+    return turn_store(send=send)
+
+
+def _regenerated(session):
+    turn = _sent(session)
+    ChatMessage.objects.filter(pk=turn.reply.pk).update(status=MessageStatus.COMPLETE)
+    return turn_regenerate(user=session.owner, session_id=session.pk)
+
+
+# One query, the verbatim tail: the session, its agent and the user message come with the turn,
+# whether a send stored it or a regenerate found it.
+@pytest.mark.parametrize("begin", [_sent, _regenerated])
+def test_prepare_reads_only_the_tail(session, django_assert_num_queries, begin):
+    turn = begin(session)
+    with django_assert_num_queries(1):
+        prepared = generate.turn_prepare(turn)
+    assert prepared.state.session.agent == session.agent
     assert prepared.payload is not None
     assert prepared.payload.messages[-1] == {"role": "user", "content": "hello"}
 
 
 def _prepared_turn(session):
-    started = turn_start(session=session, content="hello", client_id=None)
-    assert started.assistant_message is not None
-    prepared = reply._prepare(started.assistant_message.pk, session.pk, "hello", started)
-    return started, prepared
+    turn = _sent(session)
+    return turn, generate.turn_prepare(turn)
 
 
-def _finish_held(started, context):
-    return reply._finish(
-        session_id=started.user_message.session_id,
-        message_id=started.assistant_message.pk,
-        held=started.assistant_message,
-        context=context,
+def _finish(turn, state, *, same_row=True):
+    return generate._finish(
+        state=state,
+        reply=turn.reply,
+        same_row=same_row,
         content="the answer",
-        status=MessageStatus.COMPLETE,
         metadata={"rounds": 1},
     )
 
@@ -72,14 +75,15 @@ def _finish_held(started, context):
 def test_finish_reads_nothing_back_when_the_context_did_not_move(
     session, django_assert_num_queries
 ):
-    started, prepared = _prepared_turn(session)
+    turn, prepared = _prepared_turn(session)
     # The guarded UPDATE of the held row and the session's activity stamp, guarded by its
     # context version and agent: the budget is the prepared context plus the reply.
     with django_assert_num_queries(2):
-        message, budget, after = _finish_held(started, prepared.state)
+        result, after = _finish(turn, prepared.state)
+    message, budget = result.message, result.context_budget
     stored = ChatMessage.objects.get(pk=message.pk)
     assert stored.status == MessageStatus.COMPLETE and stored.content == "the answer"
-    assert stored.metadata == {"reply_to": started.user_message.pk, "rounds": 1}
+    assert stored.metadata == {"reply_to": turn.user_message.pk, "rounds": 1}
     assert message.metadata == stored.metadata
     # Exactly what a fresh read gives: the reply just stored counts, in its place.
     fresh = context_state_fresh(session_id=session.pk)
@@ -89,9 +93,7 @@ def test_finish_reads_nothing_back_when_the_context_did_not_move(
     assert ChatSession.objects.get(pk=session.pk).last_activity_at == message.updated_at
     # Hooks and the compaction decision run on what the finish worked out: no query either.
     with django_assert_num_queries(0):
-        reply._after_reply(
-            after=after, user_message=started.user_message, assistant=message, query_runes=5
-        )
+        generate._after_reply(after=after, turn=turn, reply=message, query_runes=5)
 
 
 def _compacted(session):
@@ -113,59 +115,67 @@ def _agent_swapped(session):
 def test_finish_reads_the_context_fresh_when_it_moved_during_the_reply(
     session, django_assert_num_queries, move
 ):
-    started, prepared = _prepared_turn(session)
+    turn, prepared = _prepared_turn(session)
     move(session)
     # The guarded stamp misses, so the stamp again unguarded, then session and tail fresh.
     with django_assert_num_queries(5):
-        message, budget, after = _finish_held(started, prepared.state)
+        result, after = _finish(turn, prepared.state)
+    budget = result.context_budget
     assert budget == context_budget_read(session_id=session.pk)
     assert budget != context_budget_of(state=prepared.state)
-    assert ChatSession.objects.get(pk=session.pk).last_activity_at == message.updated_at
+    assert ChatSession.objects.get(pk=session.pk).last_activity_at == result.message.updated_at
     assert after.tail[-1].content == "the answer"
 
 
-def test_finish_without_the_turns_context_reads_it_fresh(session, django_assert_num_queries):
-    started, _ = _prepared_turn(session)
+def test_finish_of_a_later_tool_round_row_reads_the_context_fresh(
+    session, django_assert_num_queries
+):
+    """Tool rounds stored rows the prepared state never saw: the update and the stamp, then
+    the session and its tail fresh."""
+    turn, prepared = _prepared_turn(session)
     with django_assert_num_queries(4):
-        _, budget, _ = _finish_held(started, None)
-    assert budget == context_budget_read(session_id=session.pk)
+        result, _ = _finish(turn, prepared.state, same_row=False)
+    assert result.context_budget == context_budget_read(session_id=session.pk)
 
 
-def test_appended_context_is_refused_where_a_fresh_read_could_differ(session):
-    started, prepared = _prepared_turn(session)
-    reply_row = started.assistant_message
-    state = prepared.state
-    assert context_state_appended(state=state, message=reply_row) is not None
-    # A read that stopped before the anchor, or took a full page: the next one may stop
-    # elsewhere.
-    assert context_state_appended(state=replace(state, backlog=True), message=reply_row) is None
-    full = replace(state, rows_read=TAIL_PAGE)
-    assert context_state_appended(state=full, message=reply_row) is None
-    # A row older than the tail's newest is not "appended".
+def test_the_context_after_a_reply_is_read_fresh_where_it_could_differ(
+    session, django_assert_num_queries
+):
+    turn, prepared = _prepared_turn(session)
+    reply_row, state = turn.reply, prepared.state
+    with django_assert_num_queries(0):
+        context_state_after_reply(state=state, message=reply_row, unchanged=True)
+    # Moved meanwhile; a read that stopped before the anchor, or took a full page (the next
+    # one may stop elsewhere); a row older than the tail's newest: a fresh read (2 queries).
     older = ChatMessage.objects.filter(session=session).order_by("id").first()
-    assert context_state_appended(state=state, message=older) is None
+    for kwargs in (
+        {"state": state, "message": reply_row, "unchanged": False},
+        {"state": replace(state, backlog=True), "message": reply_row, "unchanged": True},
+        {"state": replace(state, rows_read=TAIL_PAGE), "message": reply_row, "unchanged": True},
+        {"state": state, "message": older, "unchanged": True},
+    ):
+        with django_assert_num_queries(2):
+            after = context_state_after_reply(**kwargs)
+        assert after.tail == context_state_fresh(session_id=session.pk).tail
 
 
 def test_a_held_row_that_stopped_streaming_is_finished_the_long_way(session):
-    """Swept as stale meanwhile (say): the guarded write changes nothing, reply_finish stores
-    the reply, and the metadata the sweep added is kept."""
-    started = turn_start(session=session, content="hello", client_id=None)
-    held = started.assistant_message
-    assert held is not None
+    """Swept as stale meanwhile (say): the guarded write changes nothing, the locked write
+    stores the reply, and the metadata the sweep added is kept."""
+    turn = _sent(session)
+    held = turn.reply
     ChatMessage.objects.filter(pk=held.pk).update(
-        status=MessageStatus.FAILED, metadata={"reply_to": started.user_message.pk, "swept": 1}
+        status=MessageStatus.FAILED, metadata={"reply_to": turn.user_message.pk, "swept": 1}
     )
-    assert reply_complete(message=held, content="x", metadata={}) is None
-    assert ChatMessage.objects.get(pk=held.pk).status == MessageStatus.FAILED
-    message, _, _ = reply._finish(
-        session_id=session.pk,
-        message_id=held.pk,
-        held=held,
+    finished = reply_finish(
+        message=held,
+        session=turn.session,
         content="the answer",
         status=MessageStatus.COMPLETE,
         metadata={"rounds": 1},
     )
+    assert not finished.context_unchanged
     stored = ChatMessage.objects.get(pk=held.pk)
     assert stored.status == MessageStatus.COMPLETE and stored.content == "the answer"
     assert stored.metadata["swept"] == 1 and stored.metadata["rounds"] == 1
-    assert message.pk == held.pk
+    assert finished.message.pk == held.pk

@@ -24,8 +24,8 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from bench.procs import ServerProcess, database_url
-from chat.llm.fake_server import FakeLLMServer
 from chat.models import ChatMessage, MessageStatus
+from devtools.fakellm import FakeLLMServer
 from tests.factories import ChatSessionFactory, UserFactory
 
 pytestmark = [

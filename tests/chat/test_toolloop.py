@@ -12,8 +12,8 @@ import pytest
 
 from agentmemory import store
 from chat.models import ChatMessage, MessageRole, MessageStatus
-from chat.services.toolloop import CHECKPOINT_PREFIX
 from chat.tools import Tool, tool_register, tool_unregister
+from chat.turn.checkpoint import CHECKPOINT_PREFIX
 from tests.factories import AgentFactory, ChatSessionFactory
 from tests.helpers import send_streaming
 
@@ -86,7 +86,8 @@ def test_rounds_store_messages_in_order_and_feed_results_back(api, owner, fake_l
     session.refresh_from_db()
     assert session.message_count == 6
     # the file really is in the agent's workspace
-    assert (runtime / str(agent.pk) / "workspace" / "notes" / "plan.md").read_text() == "step one"
+    folder = runtime / str(agent.memory_uuid)
+    assert (folder / "workspace" / "notes" / "plan.md").read_text() == "step one"
     # every call offered the tools; the second and third saw the earlier results in full
     chat_calls = [c for c in fake_llm.calls if c.kind == "chat"]
     assert len(chat_calls) == 3

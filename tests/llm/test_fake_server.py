@@ -7,14 +7,21 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from chat.llm.base import SUMMARY_MARKER, StreamInterrupted
-from chat.llm.fake_server import GARBAGE_TEXT, FakeLLMServer, tokenize
+from chat.llm.base import (
+    SUMMARY_MARKER,
+    ContextLengthExceeded,
+    EmptyStream,
+    LLMError,
+    StreamInterrupted,
+)
+from devtools.fakellm import GARBAGE_TEXT, FakeLLMServer, tokenize
 from tests.llm.conftest import USER_HI
 
 SUMMARY = [
@@ -244,3 +251,212 @@ def test_a_mid_stream_cut_consumes_the_script(fake_llm, provider):
         list(provider.stream_chat(messages=USER_HI))
     assert info.value.partial == "alpha beta "
     assert provider.complete(messages=USER_HI).text == "next"
+
+
+# --- the failure shapes of real servers (docs/real-llm-notes.md) ---------------------------
+
+LONG = [{"role": "user", "content": "word " * 400}]  # ~2,000 runes: 500 tokens by the estimate
+
+
+def _post(server: FakeLLMServer, body: dict) -> httpx.Response:
+    return httpx.post(f"{server.base_url}/chat/completions", json=body, timeout=5)
+
+
+def test_models_report_the_context_window_in_vllm_and_llama_cpp_fields(fake_llm):
+    models = httpx.get(f"{fake_llm.base_url}/models").json()["data"]
+    assert all("max_model_len" not in m and "meta" not in m for m in models)  # as OpenAI
+    fake_llm.configure(context_window=1024, train_context_window=8192)
+    for model in httpx.get(f"{fake_llm.base_url}/models").json()["data"]:
+        assert model["max_model_len"] == 1024
+        assert model["meta"] == {"n_ctx": 1024, "n_ctx_train": 8192}
+
+
+def test_a_prompt_over_the_window_ends_the_stream_before_its_first_event(fake_llm):
+    fake_llm.configure(context_window=100)
+    fake_llm.script("kept for the next call that fits")
+    url = f"{fake_llm.base_url}/chat/completions"
+    with httpx.stream("POST", url, json={"messages": LONG, "stream": True}) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"] == "text/event-stream"
+        assert resp.read() == b""
+    whole = _post(fake_llm, {"messages": LONG})
+    assert whole.status_code == 400
+    assert whole.json()["error"]["code"] == "context_length_exceeded"
+    assert whole.json()["error"]["message"].startswith(
+        "This model's maximum context length is 100 tokens. However, you requested 500 tokens "
+        "(500 in the messages, None in the completion)."
+    )
+    assert [c.fault for c in fake_llm.calls] == ["overflow_cut", "overflow_cut"]
+    fits = _post(fake_llm, {"messages": USER_HI}).json()
+    assert fits["choices"][0]["message"]["content"] == "kept for the next call that fits"
+
+
+def test_what_the_provider_makes_of_an_overflow_cut(fake_llm, provider):
+    fake_llm.configure(context_window=100)
+    with pytest.raises(EmptyStream, match="ended before the reply was complete"):
+        list(provider.stream_chat(messages=LONG))
+    # Retried like any short stream (it can also be a restart), then given up.
+    assert fake_llm.count() == 3
+    with pytest.raises(ContextLengthExceeded):
+        provider.complete(messages=LONG)
+
+
+@pytest.mark.parametrize(
+    ("overflow", "wording"),
+    [("context_length", "maximum context length"), ("stream_error", "context size")],
+)
+def test_the_overflow_shape_is_configurable(fake_llm, provider, overflow, wording):
+    fake_llm.configure(context_window=100, context_overflow=overflow)
+    with pytest.raises(ContextLengthExceeded, match=wording):
+        list(provider.stream_chat(messages=LONG))
+    assert fake_llm.count() == 1
+    fake_llm.configure(context_overflow="")  # reported, not enforced
+    assert provider.complete(messages=LONG).text.startswith("Echo: word")
+
+
+def test_an_error_object_inside_the_stream(fake_llm, provider):
+    fake_llm.fail_next("stream_error", message="CUDA out of memory")
+    chunks = _raw_chunks(fake_llm, {"messages": USER_HI, "stream": True})
+    assert chunks[1] == {
+        "error": {
+            "message": "CUDA out of memory",
+            "type": "server_error",
+            "param": None,
+            "code": 500,
+        }
+    }
+    assert chunks[-1] == {"done": True}
+    fake_llm.fail_next("stream_error", message="CUDA out of memory")
+    with pytest.raises(LLMError, match="CUDA out of memory") as before:
+        list(provider.stream_chat(messages=USER_HI))
+    assert not isinstance(before.value, StreamInterrupted)
+    fake_llm.fail_next("stream_error", after_tokens=2)
+    with pytest.raises(StreamInterrupted, match="injected in-stream error") as after:
+        list(provider.stream_chat(messages=USER_HI))
+    assert after.value.partial == "Echo: one "
+
+
+def test_an_error_object_as_a_whole_body(fake_llm, provider):
+    fake_llm.fail_next("stream_error", message="the request exceeds the available context size")
+    with pytest.raises(ContextLengthExceeded):
+        provider.complete(messages=USER_HI)
+
+
+def test_thinking_in_tags_is_content(fake_llm):
+    fake_llm.fail_next("think_tags", message="hmm")
+    fake_llm.script("The answer.")
+    chunks = _raw_chunks(fake_llm, {"messages": USER_HI, "stream": True})
+    text = "".join(
+        c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices")
+    )
+    assert text == "<think>\nhmm\n</think>\n\nThe answer."
+
+
+def test_reasoning_content_deltas_come_before_the_content(fake_llm, provider):
+    fake_llm.script({"content": "Paris.", "reasoning": "The capital of France"})
+    chunks = _raw_chunks(fake_llm, {"messages": USER_HI, "stream": True})
+    deltas = [c["choices"][0]["delta"] for c in chunks if c.get("choices")]
+    thought = [d["reasoning_content"] for d in deltas if "reasoning_content" in d]
+    assert "".join(thought) == "The capital of France"
+    assert all(d["content"] is None for d in deltas if "reasoning_content" in d)
+    assert "".join(d.get("content") or "" for d in deltas) == "Paris."
+    fake_llm.fail_next("reasoning")
+    whole = _post(fake_llm, {"messages": USER_HI}).json()["choices"][0]["message"]
+    assert whole["reasoning_content"].startswith("Okay")
+    assert whole["content"].startswith("Echo:")
+    # The provider keeps only the answer (what it should do with the reasoning: issue 13).
+    fake_llm.fail_next("reasoning", target="chat", times=2)
+    assert provider.complete(messages=USER_HI).text.startswith("Echo:")
+    assert list(provider.stream_chat(messages=USER_HI))[-1].text.startswith("Echo:")
+
+
+@pytest.mark.parametrize("how", ["fault", "server"])
+def test_no_usage_at_all(fake_llm, provider, how):
+    if how == "fault":
+        fake_llm.fail_next("no_usage", times=2)
+    else:
+        fake_llm.configure(usage=False)
+    assert provider.complete(messages=USER_HI).usage is None
+    done = list(provider.stream_chat(messages=USER_HI))[-1]
+    assert done.usage is None and done.text.startswith("Echo:")
+    assert "stream_options" in fake_llm.calls[-1].body  # asked for, not given
+
+
+def test_finish_reason_length_cuts_the_reply(fake_llm, provider):
+    fake_llm.fail_next("length", after_tokens=2)
+    done = list(provider.stream_chat(messages=USER_HI))[-1]
+    assert (done.text, done.finish_reason) == ("Echo: one ", "length")
+    fake_llm.fail_next("length")
+    cut = provider.complete(messages=USER_HI, max_tokens=3)
+    assert (cut.text, cut.finish_reason) == ("Echo: one two ", "length")
+
+
+def test_servers_that_reject_tools_or_stream_options(fake_llm, provider):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    fake_llm.configure(reject_tools=True)
+    rejected = _post(fake_llm, {"messages": USER_HI, "model": "m1", "tools": tools})
+    assert rejected.status_code == 400
+    assert rejected.json()["error"]["message"] == "m1 does not support tools"
+    # The provider retries without tools (tests/llm/test_openai_compat.py has the details).
+    assert provider.complete(messages=USER_HI, tools=tools).text.startswith("Echo:")
+    assert [bool(c.body.get("tools")) for c in fake_llm.calls[-2:]] == [True, False]
+    fake_llm.configure(reject_stream_options=True)
+    body = {"messages": USER_HI, "stream": True, "stream_options": {"include_usage": True}}
+    refused = _post(fake_llm, body)
+    assert refused.status_code == 400 and "stream_options" in refused.text
+
+
+def test_single_slot_serves_one_request_at_a_time(fake_llm):
+    def three_at_once() -> list[float]:
+        threads = [
+            threading.Thread(
+                target=_raw_chunks, args=(fake_llm, {"messages": USER_HI, "stream": True})
+            )
+            for _ in range(3)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+        return sorted(c.started_at for c in fake_llm.calls[-3:])
+
+    # A reply of 7 tokens takes 360 ms: wide enough that a loaded machine's thread start-up
+    # (tens of ms) cannot make parallel calls look queued, nor queued ones parallel.
+    fake_llm.configure(slots=1, token_ms=60)
+    starts = three_at_once()
+    assert starts[1] - starts[0] >= 0.3 and starts[2] - starts[1] >= 0.3
+    fake_llm.configure(slots=0)
+    starts = three_at_once()
+    assert starts[2] - starts[0] < 0.3  # all three began before the first could have ended
+
+
+def test_a_waiting_request_interrupts_the_running_stream(fake_llm, provider):
+    """llama-cpp-python's default: the stream ends with [DONE] and no finish_reason, which the
+    provider cannot tell from a complete reply but by that missing finish_reason."""
+    fake_llm.fail_next("interrupted", after_tokens=2)
+    done = list(provider.stream_chat(messages=USER_HI))[-1]
+    assert (done.text, done.finish_reason) == ("Echo: one ", None)
+
+    fake_llm.configure(slots=1, interrupt_requests=True, token_ms=50)
+    first: list = []
+    thread = threading.Thread(target=lambda: first.extend(provider.stream_chat(messages=USER_HI)))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not fake_llm.calls or fake_llm.calls[-1].started_at is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.06)  # a token or two out
+    assert provider.complete(messages=USER_HI).text == "Echo: one two three four five six"
+    thread.join(timeout=10)
+    assert first[-1].finish_reason is None
+    assert 0 < len(first[-1].text) < len("Echo: one two three four five six")
+
+
+def test_configuration_is_validated(fake_llm):
+    with pytest.raises(ValueError, match="context_overflow"):
+        fake_llm.configure(context_overflow="explode")
+    with pytest.raises(TypeError, match="unknown settings"):
+        fake_llm.configure(color="red")
+    control = httpx.post(f"{fake_llm.url}/_control/config", json={"slots": -1})
+    assert control.status_code == 400
+    assert fake_llm.config.slots == 0

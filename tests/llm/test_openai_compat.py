@@ -10,9 +10,16 @@ import time
 import pytest
 
 from chat.llm import get_provider, provider_info
-from chat.llm.base import SUMMARY_MARKER, ContextLengthExceeded, LLMError, StreamInterrupted
-from chat.llm.fake_server import FakeLLMServer
+from chat.llm.base import (
+    SUMMARY_MARKER,
+    ContextLengthExceeded,
+    EmptyStream,
+    LLMError,
+    StreamInterrupted,
+)
+from chat.llm.codec import _Codec
 from chat.llm.openai_compat import OpenAICompatProvider, classify_error
+from devtools.fakellm import FakeLLMServer
 from tests.llm.conftest import USER_HI, complete, stream
 
 SUMMARY_PROMPT = [
@@ -133,6 +140,43 @@ def test_stream_options_rejection_is_retried_without_them(provider, fake_llm, mo
     assert fake_llm.count() == 3
 
 
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "clock", "description": "time", "parameters": {"type": "object"}},
+    }
+]
+
+
+@pytest.mark.parametrize("how", ["stream", "complete"])
+def test_tools_rejection_is_retried_without_them_and_remembered(provider, fake_llm, mode, how):
+    fake_llm.configure(reject_tools=True)
+    call = stream if how == "stream" else complete
+    result = call(provider, mode, messages=USER_HI, tools=TOOLS)
+    text = result[-1].text if how == "stream" else result.text
+    assert text == "Echo: one two three four five six"
+    first, second = fake_llm.calls
+    assert first.body.get("tools") and "tools" not in second.body
+    call(provider, mode, messages=USER_HI, tools=TOOLS)
+    assert fake_llm.count() == 3  # no second refusal
+
+
+@pytest.mark.parametrize(
+    ("message", "refused"),
+    [
+        ("llama3 does not support tools", True),
+        ("tools is not supported by this model", True),
+        ("Unrecognized request argument supplied: tools", True),
+        ('"auto" tool choice requires --enable-auto-tool-choice; tool_choice not allowed', True),
+        ("messages must be a non-empty list", False),
+        ("This model's maximum context length is 1024 tokens", False),
+    ],
+)
+def test_which_refusals_are_about_tools(message, refused):
+    assert _Codec.rejects_tools(LLMError(message, status=400)) is refused
+    assert _Codec.rejects_tools(LLMError(message, status=500)) is False
+
+
 # --- retries ------------------------------------------------------------------------------
 
 
@@ -241,6 +285,20 @@ def test_hang_mid_stream_times_out_as_stream_interrupted(provider, fake_llm, mod
     assert "timed out" in str(info.value)
     assert time.monotonic() - started < 5
     assert fake_llm.count() == 1
+
+
+def test_a_stream_without_one_event_is_an_empty_stream(provider, fake_llm, mode):
+    # llama-cpp-python's answer to a streamed prompt over its window (docs/real-llm-notes.md).
+    fake_llm.configure(context_window=10)
+    with pytest.raises(EmptyStream) as info:
+        stream(provider, mode, messages=[{"role": "user", "content": "word " * 20}])
+    assert info.value.retryable and fake_llm.count() == 3
+    # A stream that said anything at all and then ended early is not.
+    fake_llm.configure(context_window=0)
+    fake_llm.fail_next("cut", after_tokens=0, times=3)
+    with pytest.raises(LLMError) as cut:
+        stream(provider, mode, messages=USER_HI)
+    assert not isinstance(cut.value, EmptyStream)
 
 
 def test_timeout_before_the_first_token_is_retried(provider, fake_llm, mode):

@@ -3,14 +3,17 @@ history API's `render=html`. (The page's behaviour in a browser: tests/browser/.
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
 
 from chat.middleware import CONTENT_SECURITY_POLICY
-from chat.models import ChatMessage, ChatSession, MessageRole
+from chat.models import Agent, ChatMessage, ChatSession, MessageRole
 from chat.rendering import render_markdown
 from tests.browser.xss_payloads import PAYLOADS
 
@@ -130,3 +133,34 @@ def test_history_render_html(api, owner) -> None:
     assert rendered["messages"][0]["content_html"] == "<p><strong>hi</strong></p>\n"
     bad = api.get("/api/v1/chat/history", {"session_id": session.pk, "render": "pdf"})
     assert bad.status_code == 400
+
+
+def _page_config(html: str) -> dict[str, Any]:
+    block = re.search(r'<script id="cadau-config"[^>]*>(.*?)</script>', html, re.S)
+    assert block is not None
+    return json.loads(block.group(1))
+
+
+def test_page_config_carries_the_sessions_threshold(web: Client, owner, settings) -> None:
+    default = settings.CHAT_CONTEXT.threshold_pct
+    assert _page_config(web.get("/").content.decode())["context_threshold_pct"] == default
+    plain = ChatSession.objects.create(owner=owner)
+    page = web.get(f"/chat/{plain.pk}/").content.decode()
+    assert _page_config(page)["context_threshold_pct"] == default
+    agent = Agent.objects.create(
+        owner=owner, name="Terse", config_json={"context": {"threshold_pct": 50, "target_pct": 30}}
+    )
+    session = ChatSession.objects.create(owner=owner, agent=agent)
+    page = web.get(f"/chat/{session.pk}/").content.decode()
+    assert _page_config(page)["context_threshold_pct"] == 50
+
+
+def test_every_chat_module_is_preloaded(web: Client, owner) -> None:
+    """app.js's imports are preloaded in parallel; a module missing here would be fetched only
+    once the module importing it has been parsed."""
+    session = ChatSession.objects.create(owner=owner)
+    html = web.get(f"/chat/{session.pk}/").content.decode()
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="/static/chat/([\w.]+)">', html))
+    static = Path(__file__).resolve().parents[2] / "static" / "chat"
+    modules = {p.name for p in static.glob("*.js")}
+    assert preloaded == modules - {"app.js"}

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from chat.services.messages import STALE_STREAMING_SECONDS, streaming_sweep
+from chat.turn import STALE_STREAMING_SECONDS, streaming_sweep
 
 
 class Command(BaseCommand):

@@ -1,0 +1,94 @@
+"""Child process of `python -m bench realmodel`: long English and Chinese sends through the real
+send path to the real model server the parent started, then one JSON line of what happened.
+
+    python -m bench.realmodel_worker --sends 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+ENGLISH = (
+    "Here is a long note about my garden. The tomatoes are planted along the south fence, the "
+    "beans climb the old ladder, and the herbs grow in three pots near the kitchen door. "
+)
+CHINESE = "我的花园里有番茄、豆子和香草。番茄种在南边的篱笆旁，豆子爬在旧梯子上。"
+
+
+def _conversation(*, owner: Any, language: str, sends: int) -> dict[str, Any]:
+    from asgiref.sync import async_to_sync
+
+    from chat.models import ChatMessage, ChatSession, MessageRole
+    from chat.turn import reply_generate, turn_open
+
+    session = ChatSession.objects.create(owner=owner, title=language)
+    replies = []
+    for i in range(sends):
+        if language == "en":
+            content = ENGLISH * 4 + f"Question {i}: what grows by the fence?"
+        else:
+            content = CHINESE * 3 + f"问题 {i}：篱笆旁种了什么？"
+        started = time.monotonic()
+        turn = async_to_sync(turn_open)(
+            user=owner, session_id=session.pk, content=content, client_id=None
+        )
+        reply = async_to_sync(reply_generate)(turn=turn).message
+        metadata = reply.metadata or {}
+        usage = metadata.get("usage") or {}
+        replies.append(
+            {
+                "ok": reply.status == "complete" and bool(reply.content.strip()),
+                "status": reply.status,
+                "error_code": metadata.get("error_code"),
+                "cut": metadata.get("cut"),
+                "waited": metadata.get("summary_calls_waited", 0),
+                "payload_runes": metadata.get("payload_runes"),
+                "prompt_tokens": usage.get("prompt_tokens"),
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
+    stored = ChatMessage.objects.filter(session=session, role=MessageRole.USER).count()
+    return {"session_id": session.pk, "replies": replies, "stored_user_messages": stored}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sends", type=int, default=10)
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cadau.settings")
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from chat.llm import get_provider, window
+    from chat.models import ContextSnapshot
+    from chat.workers import background_wait
+
+    call_command("migrate", verbosity=0, interactive=False)
+    owner = get_user_model().objects.create_user(username="bench", password="bench-pw-1")
+    results = {
+        lang: _conversation(owner=owner, language=lang, sends=args.sends) for lang in ("en", "zh")
+    }
+    background_wait(timeout=600)
+    snapshots = list(ContextSnapshot.objects.values("session_id", "outcome", "model"))
+    model = get_provider().model
+    print(
+        json.dumps(
+            {
+                "conversations": results,
+                "snapshots": snapshots,
+                "window_learned": window.window_learned(model=model),
+                "tokens_factors": window.tokens_factors(model=model),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

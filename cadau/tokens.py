@@ -1,0 +1,106 @@
+"""API tokens (DRF's authtoken: one key per user): issue, revoke, expire, rotate.
+
+* `token_issue` is what POST /api/v1/auth/token hands out: the user's key, or a new one when
+  there is none or it has passed API_TOKEN_MAX_AGE_SECONDS.
+* `token_revoke` is DELETE /api/v1/auth/token.
+* `ExpiringTokenAuthentication` refuses (401 `token_expired`) and deletes a key older than the
+  maximum age, and answers every other bad key with 401 `token_invalid` instead of DRF's 403
+  (our first authenticator is the session one, which has no WWW-Authenticate challenge, so DRF
+  would downgrade the 401): a client can tell "log in again" from "not allowed".
+* A password change, however it is made (the admin's form, `changepassword`, set_password +
+  save, or a new hash assigned to `password`), deletes every key of that user: whoever knew
+  the old password may have minted one (cadau/accounts.py notices it).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
+from django.utils import timezone
+from rest_framework import exceptions, status
+from rest_framework.authentication import TokenAuthentication
+from rest_framework.authtoken.models import Token
+from rest_framework.request import Request
+
+from cadau.accounts import credentials_revoked
+
+# DRF's keys are 40 lower-case hex characters (Token.generate_key). Anything else is refused
+# before it reaches the database (PostgreSQL rejects a NUL in a query parameter outright).
+_KEY_RE = re.compile(r"[0-9a-f]{40}")
+
+
+class TokenRejected(exceptions.APIException):
+    """401 with a `WWW-Authenticate: Token` challenge. Not an AuthenticationFailed on purpose:
+    DRF turns those into 403 when the first authenticator offers no challenge."""
+
+    status_code = status.HTTP_401_UNAUTHORIZED
+    default_detail = "Invalid token."
+    default_code = "token_invalid"
+    auth_header = "Token"
+
+
+def _max_age() -> timedelta | None:
+    seconds = int(getattr(settings, "API_TOKEN_MAX_AGE_SECONDS", 0))
+    return timedelta(seconds=seconds) if seconds > 0 else None
+
+
+def token_is_expired(*, token: Token) -> bool:
+    max_age = _max_age()
+    return max_age is not None and token.created + max_age <= timezone.now()
+
+
+def token_issue(*, user: User) -> Token:
+    """The user's key for a successful login; a fresh one replaces an expired key."""
+    token, created = Token.objects.get_or_create(user=user)
+    if not created and token_is_expired(token=token):
+        token.delete()
+        token = Token.objects.create(user=user)
+    return token
+
+
+def token_revoke(*, user: AbstractBaseUser | AnonymousUser) -> int:
+    """Deletes the user's key(s); the number deleted (0 when there was none)."""
+    if user.pk is None:
+        return 0
+    deleted, _ = Token.objects.filter(user_id=user.pk).delete()
+    return deleted
+
+
+class ExpiringTokenAuthentication(TokenAuthentication):
+    def authenticate(self, request: Request) -> tuple[Any, Token] | None:
+        try:
+            return super().authenticate(request)
+        except exceptions.AuthenticationFailed as exc:
+            raise TokenRejected(str(exc.detail)) from exc
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Token]:
+        if not _KEY_RE.fullmatch(key):
+            raise TokenRejected()
+        try:
+            token = Token.objects.select_related("user").get(key=key)
+        except Token.DoesNotExist as exc:
+            raise TokenRejected() from exc
+        if token_is_expired(token=token):
+            token.delete()
+            raise TokenRejected("Token expired: log in again.", code="token_expired")
+        if not token.user.is_active:
+            raise TokenRejected("User inactive or deleted.")
+        return token.user, token
+
+
+# --- rotation on a password change ---------------------------------------------------------
+
+
+def _revoked(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
+    # Whoever knew the old password may have minted a key.
+    if reason == "password":
+        Token.objects.filter(user_id=user_id).delete()
+
+
+def connect_signals() -> None:
+    credentials_revoked.connect(_revoked, dispatch_uid="cadau_token_rotate")

@@ -1,0 +1,96 @@
+"""DRF throttles over cadau.limits: a scope per route, its rate in settings.RATE_LIMITS.
+
+A view lists what it needs, e.g. `throttle_classes = [per_user("session_create")]`; only the
+named methods count (POST by default), so reading a list never spends a creation allowance.
+Over the limit DRF raises Throttled, which our exception handler answers with 429, the JSON
+error shape (`throttled`) and Retry-After.
+
+Adding a limit: a default in cadau/settings.py's _RATE_DEFAULTS (which also makes it
+THROTTLE_<SCOPE> in the environment) and the class on the view. Outside DRF (a WebSocket
+frame) call cadau.limits.limit_hit(_async) with the same scope and `user_ident(user)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rest_framework.request import Request
+from rest_framework.throttling import BaseThrottle
+from rest_framework.views import APIView
+
+from cadau import limits, logins
+
+
+def user_ident(user: Any) -> str:
+    return f"user:{user.pk}"
+
+
+class ScopedThrottle(BaseThrottle):
+    """Counts the requests of `methods` under `scope`; subclasses say whose they are."""
+
+    scope: ClassVar[str] = ""
+    methods: ClassVar[frozenset[str]] = frozenset({"POST"})
+
+    def __init__(self) -> None:
+        self._wait: int | None = None
+
+    def ident(self, request: Request) -> str | None:
+        raise NotImplementedError
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        if request.method not in self.methods:
+            return True
+        ident = self.ident(request)
+        if ident is None:
+            return True
+        self._wait = limits.limit_hit(scope=self.scope, ident=ident)
+        return self._wait is None
+
+    def wait(self) -> float | None:
+        return self._wait
+
+
+class UserThrottle(ScopedThrottle):
+    """Per logged-in user (by address for anonymous callers, who are refused anyway)."""
+
+    def ident(self, request: Request) -> str | None:
+        user = request.user
+        if user is not None and user.is_authenticated:
+            return user_ident(user)
+        return f"ip:{logins.client_ip(request)}"
+
+
+class AddressThrottle(ScopedThrottle):
+    def ident(self, request: Request) -> str | None:
+        return logins.client_ip(request)
+
+
+class UsernameThrottle(ScopedThrottle):
+    """Per username in the request body (hashed, case-folded); not counted without one."""
+
+    def ident(self, request: Request) -> str | None:
+        data = request.data
+        return logins.username_key(data.get("username")) if isinstance(data, dict) else None
+
+
+def _scoped(
+    base: type[ScopedThrottle], scope: str, methods: tuple[str, ...]
+) -> type[ScopedThrottle]:
+    name = f"{base.__name__}_{scope}"
+    return type(name, (base,), {"scope": scope, "methods": frozenset(methods)})
+
+
+def per_user(scope: str, *, methods: tuple[str, ...] = ("POST",)) -> type[ScopedThrottle]:
+    return _scoped(UserThrottle, scope, methods)
+
+
+def per_address(scope: str, *, methods: tuple[str, ...] = ("POST",)) -> type[ScopedThrottle]:
+    return _scoped(AddressThrottle, scope, methods)
+
+
+def per_username(scope: str, *, methods: tuple[str, ...] = ("POST",)) -> type[ScopedThrottle]:
+    return _scoped(UsernameThrottle, scope, methods)
+
+
+# The login routes share their counters with the HTML login form (cadau.logins).
+LOGIN_THROTTLES = [per_address(logins.SCOPE_IP), per_username(logins.SCOPE_USERNAME)]

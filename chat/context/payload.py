@@ -1,0 +1,124 @@
+"""The messages of a model call: the system prompt with the summary, then the verbatim tail
+(whose last message is the user's new one), under the hard limit."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from chat.context.commit import CompactionResult, Trigger
+from chat.context.compaction import context_compact, context_compacts_before_call
+from chat.context.prompt import SystemPrompt, context_config_for, session_model, system_text
+from chat.context.state import ContextState, TailMessage, context_state_fresh
+from chat.context.trim import MESSAGE_OVERHEAD_TOKENS, trim_to_fit, trim_to_window
+from chat.errors import MessageTooLarge
+from chat.llm.base import Message
+from chat.llm.window import reply_reserve_tokens, tokens_estimate, window_learned
+from chat.models import ChatSession, MessageRole
+
+logger = logging.getLogger("chat.context")
+
+
+@dataclass(slots=True)
+class Payload:
+    messages: list[Message]
+    runes: int
+    limit_runes: int
+    # Verbatim messages left out of this one call because the summary could not absorb them.
+    dropped: int
+    rows_read: int
+    compactions: list[CompactionResult] = field(default_factory=list)
+
+
+def _without_orphan_tool_results(tail: list[TailMessage]) -> list[TailMessage]:
+    """Providers reject a tool result whose assistant call is not in the payload. Our cuts never
+    separate them, but the seed's fixed-size batches do, and so could a hand-edited anchor."""
+    open_calls: set[str] = set()
+    kept = []
+    for m in tail:
+        if m.role == MessageRole.ASSISTANT and m.tool_calls:
+            open_calls.update(str(c.get("id")) for c in m.tool_calls if isinstance(c, dict))
+        if m.role == MessageRole.TOOL and m.tool_call_id not in open_calls:
+            continue
+        kept.append(m)
+    return kept
+
+
+def context_payload_build(*, state: ContextState) -> Payload:
+    """The payload of `state`, trimmed (oldest turns first) to the hard limit if it must be:
+    a failed summary never fails a send. Raises PayloadTooLarge when nothing can make it fit."""
+    limit = state.cfg.effective_hard_limit_runes
+    if state.binding == "window" and state.input_tokens:
+        trimmed = trim_to_window(state=state)
+    else:
+        trimmed = trim_to_fit(state=state, limit=limit)
+    dropped = trimmed.dropped
+    if dropped or trimmed.shortened:
+        logger.warning(
+            "chat_context_payload_trimmed session=%s dropped=%d shortened=%d runes=%d limit=%d",
+            state.session.pk,
+            dropped,
+            trimmed.shortened,
+            state.runes,
+            state.input_tokens or limit,
+        )
+    tail = _without_orphan_tool_results(trimmed.tail)
+    system = system_text(system_prompt=state.system_prompt, summary=state.summary)
+    messages: list[Message] = [{"role": "system", "content": system}]
+    messages.extend(m.as_openai() for m in tail)
+    return Payload(
+        messages=messages,
+        runes=len(system) + sum(m.runes for m in tail),
+        limit_runes=state.cfg.input_budget_runes,
+        dropped=dropped,
+        rows_read=state.rows_read,
+    )
+
+
+def context_payload(
+    *, session_id: int, query: str = "", compact: bool = True, trigger: Trigger = "before_send"
+) -> Payload:
+    """Read the session's context and build its payload, compacting first when it is due
+    (`compact`). Never raises for a failed summary; raises PayloadTooLarge."""
+    state = context_state_fresh(session_id=session_id, query=query)
+    compactions = []
+    if compact and context_compacts_before_call(state=state):
+        result = context_compact(session_id=session_id, trigger=trigger, query=query)
+        compactions.append(result)
+        if result.changed:
+            state = context_state_fresh(session_id=session_id, query=query)
+    payload = context_payload_build(state=state)
+    payload.rows_read += sum(r.rows_read for r in compactions)
+    payload.compactions = compactions
+    return payload
+
+
+def context_check_fits(*, session: ChatSession, prompt: SystemPrompt, content: str) -> None:
+    """Refuse, before anything is stored, a message that cannot fit even alone with the system
+    prompt and the summary: under the hard limit in runes, and, once the model's window is
+    known, in the tokens it leaves for the prompt. Compaction could never make room for it."""
+    cfg = context_config_for(session=session)
+    system = system_text(system_prompt=prompt.text(content), summary=session.context_summary)
+    needed = len(system) + len(content)
+    if needed > cfg.effective_hard_limit_runes:
+        raise MessageTooLarge(
+            f"This message is too long for the model's context: it needs about {needed} "
+            f"characters with the system prompt and summary; the limit is "
+            f"{cfg.effective_hard_limit_runes}."
+        )
+    model = session_model(session=session)
+    window = cfg.window_tokens or window_learned(model=model)
+    if not window:
+        return
+    room = window - reply_reserve_tokens(window)
+    tokens = (
+        tokens_estimate(system, model=model)
+        + tokens_estimate(content, model=model)
+        + 2 * MESSAGE_OVERHEAD_TOKENS
+    )
+    if tokens > room:
+        raise MessageTooLarge(
+            f"This message is too long for the model's context window: it needs about {tokens} "
+            f"tokens with the system prompt and summary; the model leaves {room} for the "
+            "prompt. Shorten it or split it."
+        )

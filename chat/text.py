@@ -1,0 +1,49 @@
+"""Text that users, programs and models hand us: one check for every string Cadau stores or
+passes on, used by the JSON parser of the REST API, the WebSocket consumer and the services.
+
+Two kinds of string are refused outright. A NUL character: PostgreSQL cannot store it in a
+text column. An unpaired UTF-16 surrogate (JSON allows the escape "\\ud800" alone): it is not
+a character, cannot be encoded as UTF-8, and fails wherever the text is written (the database,
+a memory file, a password hash) with a 500 far from the request that carried it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+# Deeper than any request of the API needs; a walk never recurses, but a payload this nested
+# is garbage, not input.
+MAX_JSON_DEPTH = 64
+
+
+def text_problem(value: str) -> str | None:
+    """Why `value` cannot be taken as text, or None."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    if _SURROGATE.search(value):
+        return "contains an unpaired surrogate (not valid Unicode)"
+    return None
+
+
+def json_text_problem(data: Any) -> str | None:
+    """The first problem of any string (key or value) in decoded JSON, or of its nesting;
+    None when the document is fine. Iterative: no recursion however deep it is."""
+    stack: list[tuple[Any, int, str]] = [(data, 0, "")]
+    while stack:
+        value, depth, where = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"nested more than {MAX_JSON_DEPTH} levels deep"
+        if isinstance(value, str):
+            problem = text_problem(value)
+            if problem:
+                return f"{where or 'a value'} {problem}"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                problem = text_problem(key) if isinstance(key, str) else None
+                if problem:
+                    return f"a key {problem}"
+                stack.append((item, depth + 1, str(key)[:40] if isinstance(key, str) else ""))
+        elif isinstance(value, list):
+            stack.extend((item, depth + 1, where) for item in value)
+    return None

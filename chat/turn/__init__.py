@@ -1,0 +1,46 @@
+"""The turn service: one owner for a turn, whichever adapter it comes through.
+
+    adapters (chat/api/send.py, chat/consumers.py)
+      -> service:   turn_attempt + turn_queue (turn_open), turn_regenerate; then
+                    reply_generate / reply_events / reply_spawn
+      -> checks:    a send's checks, in one order for every adapter
+      -> rows:      the turn's rows, from storing them to their final write
+      -> generate:  one reply: prepare the context, run the rounds, finish, after-reply work
+         -> toolloop (+ checkpoint): the model rounds and the agent's tool calls
+         -> stream:   one model call, streamed, its progress saved
+      -> registry:  the replies running in this process, and how their events leave
+      -> chat.context (payload, compaction), chat.llm, chat.hooks (memory), chat.events
+
+Nothing here calls back up: the registry knows no generation, the generation no adapter.
+"""
+
+from chat.turn.generate import ReplyResult, reply_generate
+from chat.turn.registry import reply_cancel, reply_resume, reply_watch
+from chat.turn.rows import STALE_STREAMING_SECONDS, Turn, streaming_sweep
+from chat.turn.service import (
+    reply_events,
+    reply_spawn,
+    turn_attempt,
+    turn_open,
+    turn_queue,
+    turn_regenerate,
+    turn_repeat_events,
+)
+
+__all__ = [
+    "STALE_STREAMING_SECONDS",
+    "ReplyResult",
+    "Turn",
+    "reply_cancel",
+    "reply_events",
+    "reply_generate",
+    "reply_resume",
+    "reply_spawn",
+    "reply_watch",
+    "streaming_sweep",
+    "turn_attempt",
+    "turn_open",
+    "turn_queue",
+    "turn_regenerate",
+    "turn_repeat_events",
+]

@@ -1,0 +1,302 @@
+"""The reply's model rounds: `RunAgentToolLoop` (SPEC §5), implemented by `agent_tool_loop_run`.
+
+A session without an agent, or an agent with no enabled tools, gets one round and no tools.
+An agent session offers its tools (chat.tools); while the model answers with tool calls:
+
+1. the assistant row being written keeps its text and gets `tool_calls` (event `tool_call`);
+2. each call runs (errors become the result text, never an exception) and its result is stored
+   as a `tool` message (event `tool_result` per call);
+3. that row is marked complete and a new `streaming` assistant row (metadata `reply_to` = the
+   user message, `tool_round`) is created in the same transaction, and the next round streams
+   into it.
+
+After `max_tool_rounds` rounds with tool calls (agent config, default 8) the model is called
+once more without tools, to answer with what it has. A row stays `streaming` until its tools
+have run, so "one reply at a time" (chat/turn/rows.py) holds through the whole loop. When the
+loop's own payload grows past the threshold, earlier round trips are checkpointed
+(chat/turn/checkpoint.py).
+
+Contract with chat/turn/generate.py:
+- `reply_rounds_run` is awaited once per reply, after the payload is built (again, with the same
+  state, when the provider refused the context and the session was compacted).
+- It streams each model call with `stream(messages=..., message_id=..., tools=...)`, which
+  publishes `delta` events for `message_id`, saves progress, and returns (text, finish) where
+  finish has "finish_reason", "usage" and "tool_calls" (OpenAI format list, possibly empty).
+- `state.reply` always is the assistant row currently being written, so the caller can mark
+  the right row failed/cancelled when a round raises (LLMError, CancelledError...).
+- It returns the final assistant row, its text and the last finish dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from chat.context import context_config_for
+from chat.llm.base import Message
+from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
+from chat.services.agents import agent_settings, agent_tools
+from chat.shapes import message_payload
+from chat.tools import Tool, ToolContext, tool_run
+from chat.turn.checkpoint import LoopWindow
+from chat.workers import in_worker
+
+logger = logging.getLogger("chat.toolloop")
+
+StreamRound = Callable[..., Awaitable[tuple[str, dict[str, Any]]]]
+Publish = Callable[[dict[str, Any]], None]
+
+CANCELLED_RESULT = "Error: cancelled before this tool ran."
+
+
+@dataclass(slots=True)
+class RoundsState:
+    # The assistant row being written: after a tool round, a newer row than the turn's.
+    reply: ChatMessage
+    # Model calls made for this reply, and how many of them ended in tool calls (the round
+    # limit counts these, across a context-error retry of the whole loop).
+    rounds: int = 0
+    tool_rounds: int = 0
+
+
+@dataclass(slots=True)
+class RoundsResult:
+    reply: ChatMessage
+    text: str
+    finish: dict[str, Any]
+
+
+async def reply_rounds_run(
+    *,
+    session: ChatSession,
+    user_message_id: int | None,
+    state: RoundsState,
+    messages: list[Message],
+    stream: StreamRound,
+    publish: Publish,
+) -> RoundsResult:
+    tools = agent_tools(agent=session.agent)
+    if not tools:
+        text, finish = await stream(messages=messages, message_id=state.reply.pk, tools=None)
+        state.rounds += 1
+        return RoundsResult(reply=state.reply, text=text, finish=finish)
+    return await agent_tool_loop_run(
+        session=session,
+        user_message_id=user_message_id,
+        state=state,
+        messages=messages,
+        stream=stream,
+        publish=publish,
+        tools=tools,
+    )
+
+
+# --- the rows of a tool round --------------------------------------------------------------
+
+
+def tool_message_create(
+    *, session_id: int, role: str, content: str, tool_calls: Any = None, tool_call_id: str = ""
+) -> ChatMessage:
+    """Tool-loop rounds are stored as ordinary messages (assistant with tool_calls, tool)."""
+    with transaction.atomic():
+        message = ChatMessage.objects.create(
+            session_id=session_id,
+            role=role,
+            content=content,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+        )
+        ChatSession.objects.filter(pk=session_id).update(
+            message_count=F("message_count") + 1, last_activity_at=timezone.now()
+        )
+    return message
+
+
+def reply_tool_calls_set(
+    *, message_id: int, content: str, tool_calls: list[dict[str, Any]]
+) -> ChatMessage:
+    """The row being written asks for tools: store its text and calls. It stays `streaming`
+    until its tools have run (see the module docstring)."""
+    with transaction.atomic():
+        message = ChatMessage.objects.select_for_update().get(pk=message_id)
+        message.content = content
+        message.tool_calls = tool_calls
+        message.save(update_fields=["content", "tool_calls", "updated_at"])
+    return message
+
+
+def reply_round_next(
+    *, message_id: int, session_id: int, reply_to: int | None, tool_round: int
+) -> tuple[ChatMessage, ChatMessage]:
+    """Complete the tool-call row and open the next round's `streaming` row, atomically, so the
+    session never looks idle between two rounds. Returns (completed, new)."""
+    now = timezone.now()
+    with transaction.atomic():
+        done = ChatMessage.objects.select_for_update().get(pk=message_id)
+        done.status = MessageStatus.COMPLETE
+        done.metadata = {**done.metadata, "tool_round": tool_round}
+        done.save(update_fields=["status", "metadata", "updated_at"])
+        new = ChatMessage.objects.create(
+            session_id=session_id,
+            role=MessageRole.ASSISTANT,
+            content="",
+            status=MessageStatus.STREAMING,
+            metadata={"reply_to": reply_to, "tool_round": tool_round + 1},
+            created_at=now,
+        )
+        ChatSession.objects.filter(pk=session_id).update(
+            message_count=F("message_count") + 1, last_activity_at=now
+        )
+    return done, new
+
+
+def reply_round_cancel(
+    *, message_id: int, session_id: int, missing_call_ids: Sequence[str]
+) -> None:
+    """Cancelled between a tool call and its results: give every unanswered call a result (a
+    provider rejects a call without one in later payloads) and mark the row cancelled."""
+    for call_id in missing_call_ids:
+        tool_message_create(
+            session_id=session_id,
+            role=MessageRole.TOOL,
+            content=CANCELLED_RESULT,
+            tool_call_id=call_id,
+        )
+    ChatMessage.objects.filter(pk=message_id, status=MessageStatus.STREAMING).update(
+        status=MessageStatus.CANCELLED, updated_at=timezone.now()
+    )
+
+
+# --- the loop -------------------------------------------------------------------------------
+
+
+def _normalised_calls(calls: list[Any], *, message_id: int) -> list[dict[str, Any]]:
+    """OpenAI-shaped calls with an id each (some local servers omit it; results need one)."""
+    out = []
+    for i, call in enumerate(c for c in calls if isinstance(c, dict)):
+        raw = call.get("function")
+        function: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        arguments = function.get("arguments", "")
+        out.append(
+            {
+                "id": str(call.get("id") or f"call_{message_id}_{i}"),
+                "type": "function",
+                "function": {
+                    "name": str(function.get("name") or ""),
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                },
+            }
+        )
+    return out
+
+
+async def agent_tool_loop_run(
+    *,
+    session: ChatSession,
+    user_message_id: int | None,
+    state: RoundsState,
+    messages: list[Message],
+    stream: StreamRound,
+    publish: Publish,
+    tools: list[Tool],
+) -> RoundsResult:
+    """RunAgentToolLoop: see the module docstring."""
+    agent = session.agent
+    assert agent is not None  # agent_tools() is empty without one
+    max_rounds = agent_settings(agent=agent, capped=not session.owner.is_staff).max_tool_rounds
+    specs = [tool.as_openai() for tool in tools]
+    enabled = {tool.name: tool for tool in tools}
+    context = ToolContext(
+        agent_id=agent.pk,
+        session_id=session.pk,
+        user_id=session.owner_id,
+        user_message_id=user_message_id,
+    )
+    window = LoopWindow(
+        session_id=session.pk, base=list(messages), cfg=context_config_for(session=session)
+    )
+    while True:
+        offer = state.tool_rounds < max_rounds
+        call_messages = await in_worker(window.messages_for_call)()
+        text, finish = await stream(
+            messages=call_messages, message_id=state.reply.pk, tools=specs if offer else None
+        )
+        state.rounds += 1
+        calls = _normalised_calls(finish.get("tool_calls") or [], message_id=state.reply.pk)
+        if calls and not offer:
+            logger.warning(
+                "chat_agent_tool_round_limit session=%s rounds=%d ignored_calls=%d",
+                session.pk,
+                state.tool_rounds,
+                len(calls),
+            )
+        if not calls or not offer:
+            return RoundsResult(reply=state.reply, text=text, finish=finish)
+        state.tool_rounds += 1
+        row = await in_worker(reply_tool_calls_set)(
+            message_id=state.reply.pk, content=text, tool_calls=calls
+        )
+        publish({"type": "tool_call", "message": message_payload(row)})
+        round_messages: list[Message] = [
+            {"role": "assistant", "content": text, "tool_calls": calls}
+        ]
+        answered: set[str] = set()
+        try:
+            for call in calls:
+                started = time.monotonic()
+                result, is_error = await in_worker(tool_run)(
+                    tool_call=call, context=context, enabled=enabled
+                )
+                tool_row = await in_worker(tool_message_create)(
+                    session_id=session.pk,
+                    role=MessageRole.TOOL,
+                    content=result,
+                    tool_call_id=call["id"],
+                )
+                answered.add(call["id"])
+                logger.info(
+                    "chat_agent_tool_call session=%s round=%d tool=%s error=%s result_runes=%d "
+                    "duration_ms=%d",
+                    session.pk,
+                    state.tool_rounds,
+                    call["function"]["name"],
+                    is_error,
+                    len(result),
+                    int((time.monotonic() - started) * 1000),
+                )
+                publish(
+                    {
+                        "type": "tool_result",
+                        "message": message_payload(tool_row),
+                        "tool": call["function"]["name"],
+                        "is_error": is_error,
+                    }
+                )
+                round_messages.append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": result}
+                )
+            _done, new = await in_worker(reply_round_next)(
+                message_id=state.reply.pk,
+                session_id=session.pk,
+                reply_to=user_message_id,
+                tool_round=state.tool_rounds,
+            )
+        except asyncio.CancelledError:
+            missing = [c["id"] for c in calls if c["id"] not in answered]
+            await asyncio.shield(
+                in_worker(reply_round_cancel)(
+                    message_id=state.reply.pk, session_id=session.pk, missing_call_ids=missing
+                )
+            )
+            raise
+        window.rounds.append(round_messages)
+        state.reply = new

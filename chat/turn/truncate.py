@@ -1,0 +1,103 @@
+"""Edit and resend's truncation while a reply may be generating, for every adapter.
+
+Deleting the rows of a reply that is still streaming pulls its row from under it: its final
+write finds nothing, no `done` or `error` reaches anyone, and pages keep a bubble stuck on
+"Generating…". So a running reply is stopped first, through the same cancel a socket sends
+(it reaches the reply in whatever process runs it): the reply stores its partial as
+`cancelled` and publishes `done` as for any cancel, and only then are the rows deleted, by
+`message_truncate`, which refuses while a live reply row remains.
+
+Sync: the REST view runs in a thread; the wait is the cancel's own latency (well under a
+second), and only when a reply was running."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.utils import timezone
+
+from chat.errors import CancelFailed, NotFound, NothingToCancel, ReplyInProgress
+from chat.models import ChatMessage
+from chat.selectors import session_for_user
+from chat.services.sessions import TruncateResult, message_truncate
+from chat.turn.registry import generation_running, reply_cancel, streaming_reply
+from chat.turn.rows import STALE_STREAMING_SECONDS
+
+logger = logging.getLogger("chat.realtime")
+
+# How long a truncation waits for a running reply to stop (a cancel lands within ~200 ms in
+# one process; across processes it also crosses the channel layer).
+CANCEL_WAIT_SECONDS = 5.0
+POLL_SECONDS = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class Truncated:
+    result: TruncateResult
+    # The reply stopped so its rows could go (its `done`, status `cancelled`, was published),
+    # or None when no reply was running.
+    cancelled_reply_id: int | None
+
+
+def _reply_still_running(session_id: int) -> int | None:
+    """The id of a reply of the session still to settle: a live `streaming` row (any process),
+    or this process's generation that has not yet announced its `done`. 0 when only the
+    latter is known."""
+    row = streaming_reply(session_id=session_id)
+    if row is not None:
+        return row.pk
+    gen = generation_running(session_id=session_id)
+    if gen is not None and gen.finished is None:
+        return gen.current_message_id or 0
+    return None
+
+
+def _cancel(session_id: int) -> None:
+    try:
+        async_to_sync(reply_cancel)(session_id=session_id)
+    except NothingToCancel:
+        pass  # it finished by itself meanwhile
+    except CancelFailed:
+        # The channel layer is down: the reply may still stop by itself; the wait decides.
+        logger.warning("chat_truncate_cancel_failed session=%s", session_id)
+
+
+def turn_truncate(*, user: Any, session_id: Any, message_id: int) -> Truncated:
+    """Delete `message_id` and everything after it, stopping the session's running reply
+    first. Raises NotFound (someone else's session, a message not in it: nothing is cancelled
+    or deleted), ReplyInProgress when the reply did not stop in time (nothing deleted)."""
+    session = session_for_user(user=user, session_id=session_id)
+    if not ChatMessage.objects.filter(session_id=session.pk, pk=message_id).exists():
+        raise NotFound()
+    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+    cancelled: int | None = None
+    asked: set[int] = set()
+    while True:
+        running = _reply_still_running(session.pk)
+        if running is None:
+            live_since = timezone.now() - timedelta(seconds=STALE_STREAMING_SECONDS)
+            try:
+                result = message_truncate(
+                    session=session, message_id=message_id, streaming_since=live_since
+                )
+            except ReplyInProgress:
+                pass  # a reply started between the look and the lock: stop that one too
+            else:
+                return Truncated(result=result, cancelled_reply_id=cancelled)
+        elif running not in asked:
+            # Once per reply: a second cancel could reach the next reply a queued send starts.
+            asked.add(running)
+            if running:
+                cancelled = running
+            logger.info("chat_truncate_cancel session=%s reply=%s", session.pk, running)
+            _cancel(session.pk)
+        if time.monotonic() >= deadline:
+            raise ReplyInProgress(
+                "The reply being generated could not be stopped; try again in a moment."
+            )
+        time.sleep(POLL_SECONDS)

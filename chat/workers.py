@@ -1,0 +1,69 @@
+"""Where sync work runs when it must not hold up its caller.
+
+- `in_worker(fn)`: async code (a reply, a socket) awaiting sync service work in the thread pool.
+- `background_submit(fn, **kwargs)`: work nobody awaits (compaction after a reply) in a small
+  bounded pool, so a burst of replies cannot start a thread storm.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.db import close_old_connections, connections
+
+logger = logging.getLogger("chat.background")
+
+
+def in_worker(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """Run `fn` in the thread pool, with Django's connection hygiene around it.
+
+    Not in Channels' one thread-sensitive thread: the work here is self-contained (its own
+    transactions, a tool handler, a summarising LLM call), so nothing needs that thread, and
+    there it would queue behind everyone else's. With 200 sends at once on PostgreSQL the last
+    reply started streaming ~3 s late; in the pool the sends overlap their database round trips,
+    and a slow summary or tool holds up no one."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            # Also here, inside the call's own context: Channels closes connections outside
+            # it, where asgiref can show a thread other storage for its connections (seen as
+            # pooled PostgreSQL connections of finished threads never handed back).
+            close_old_connections()
+
+    return database_sync_to_async(run, thread_sensitive=False)
+
+
+_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cadau-bg")
+_pending: set[Future[Any]] = set()
+
+
+def _run(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    close_old_connections()
+    try:
+        return fn(**kwargs)
+    except Exception:
+        logger.exception("chat_background_job_failed job=%s", getattr(fn, "__name__", fn))
+        return None
+    finally:
+        # Each job closes its connection: pool threads outlive the job by a long way.
+        connections.close_all()
+
+
+def background_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:
+    future = _executor.submit(_run, fn, kwargs)
+    _pending.add(future)
+    future.add_done_callback(_pending.discard)
+    return future
+
+
+def background_wait(timeout: float = 30.0) -> None:
+    """Tests and graceful shutdown: wait for the jobs submitted so far."""
+    wait(list(_pending), timeout=timeout)

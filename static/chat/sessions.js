@@ -1,0 +1,103 @@
+// The sessions sidebar: the paged list of chats (newest activity first), rename, delete,
+// "New chat" with its agent picker.
+
+import { api } from "./api.js";
+import { $, el, errorNotice, t } from "./dom.js";
+
+function sessionItem(s, current) {
+  const active = current !== null && s.id === current.id;
+  const title = s.title || t("untitled");
+  const link = el("a", { href: `/chat/${s.id}/`, class: "session-link", "aria-current": active ? "page" : null, text: title });
+  const actions = el(
+    "span",
+    { class: "session-actions" },
+    el("button", { type: "button", class: "icon-btn", "data-action": "rename", "aria-label": `${t("rename")}: ${title}`, title: t("rename"), text: "✎" }),
+    el("button", { type: "button", class: "icon-btn", "data-action": "delete", "aria-label": `${t("delete")}: ${title}`, title: t("delete"), text: "✕" }),
+  );
+  return el("li", { class: active ? "session active" : "session", "data-session-id": s.id }, link, actions);
+}
+
+// `current`: the open session (page config), or null on the empty page.
+export function setupSidebar({ current }) {
+  const state = { cursor: undefined, loading: false, done: false };
+  const box = $("session-scroll");
+  const listNode = $("session-list");
+
+  async function load() {
+    if (state.loading || state.done) return;
+    state.loading = true;
+    try {
+      const page = await api.sessions(state.cursor);
+      for (const s of page.results) listNode.append(sessionItem(s, current));
+      state.cursor = page.next_cursor;
+      state.done = !page.next_cursor;
+      $("session-status").textContent = listNode.children.length ? "" : t("no_sessions");
+    } catch {
+      $("session-status").textContent = t("load_error");
+    } finally {
+      state.loading = false;
+    }
+    // Keep loading until the list overflows (a tall screen shows more than one page).
+    if (!state.done && box.scrollHeight <= box.clientHeight + 200) load();
+  }
+
+  async function rename(id, li) {
+    const link = li.querySelector(".session-link");
+    const title = window.prompt(t("rename_prompt"), link.textContent);
+    if (!title || !title.trim()) return;
+    const updated = await api.renameSession(id, title.trim());
+    link.textContent = updated.title;
+    if (current !== null && current.id === id) {
+      $("chat-title").textContent = updated.title;
+      document.title = `${updated.title} · Cadau`;
+    }
+  }
+
+  async function remove(id, li) {
+    if (!window.confirm(t("confirm_delete"))) return;
+    await api.deleteSession(id);
+    if (current !== null && current.id === id) window.location.assign("/");
+    else li.remove();
+  }
+
+  box.addEventListener("scroll", () => {
+    if (box.scrollHeight - box.scrollTop - box.clientHeight < 300) load();
+  });
+  listNode.addEventListener("click", async (e) => {
+    const button = e.target.closest("button[data-action]");
+    if (!button) return;
+    const li = button.closest("li[data-session-id]");
+    const id = Number(li.dataset.sessionId);
+    try {
+      if (button.dataset.action === "rename") await rename(id, li);
+      else if (button.dataset.action === "delete") await remove(id, li);
+    } catch (err) {
+      errorNotice(err);
+    }
+  });
+  $("new-chat-form").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const agent = $("agent-select").value;
+    try {
+      const created = await api.createSession(agent ? { agent_id: Number(agent) } : {});
+      window.location.assign(`/chat/${created.id}/`);
+    } catch (err) {
+      errorNotice(err);
+    }
+  });
+  load();
+}
+
+// The picker appears only when the agents API exists and the user has agents.
+export async function setupAgentPicker() {
+  try {
+    const data = await api.agents();
+    const agents = Array.isArray(data) ? data : data.results || data.agents || [];
+    if (!agents.length) return;
+    const select = $("agent-select");
+    for (const a of agents) select.append(el("option", { value: a.id, text: a.name }));
+    $("agent-picker").hidden = false;
+  } catch {
+    // No agents API (yet): the picker stays hidden.
+  }
+}

@@ -1,0 +1,108 @@
+"""Sends through Cadau to a real model server (llama-cpp-python, SmolLM2-135M, n_ctx 1024)
+under the default 48,000-rune budget (issue 13: the session used to be dead from the third
+send on). Twenty long sends in a row, English and Chinese, over plain REST, server-sent events
+and the WebSocket: once the conversation outgrows the model's window (the server then ends
+each stream before its first event), Cadau learns the window, compacts, and every reply comes."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pytest
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import channel_layers
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+from cadau.asgi import application
+from chat.llm.transport import loop_transports_close
+from chat.models import ChatMessage, ContextSnapshot, MessageRole, MessageStatus
+from chat.turn import service
+from tests.factories import ChatSessionFactory
+from tests.helpers import send_streaming
+
+pytestmark = [pytest.mark.real_llm, pytest.mark.django_db(transaction=True)]
+
+ENGLISH = (
+    "Here is a long note about my garden. The tomatoes are planted along the south fence, the "
+    "beans climb the old ladder, and the herbs grow in three pots near the kitchen door. "
+)
+CHINESE = "我的花园里有番茄、豆子和香草。番茄种在南边的篱笆旁，豆子爬在旧梯子上。"
+# A reply of the 135M model takes seconds; a prompt near its window up to ~20 s to read.
+REPLY_TIMEOUT = 300.0
+
+
+def _ws_send(session_id: int, cookie: str, content: str) -> dict[str, Any]:
+    """One send over the WebSocket through the real ASGI application; the `done` event's
+    message (or the `error` event)."""
+
+    async def go() -> dict[str, Any]:
+        headers = [
+            (b"host", b"localhost"),
+            (b"origin", b"http://localhost"),
+            (b"cookie", f"sessionid={cookie}".encode()),
+        ]
+        ws = WebsocketCommunicator(application, f"/ws/chat/{session_id}/", headers=headers)
+        connected, code = await ws.connect(timeout=30)
+        assert connected, code
+        await ws.send_json_to({"type": "send", "content": content, "client_id": str(uuid.uuid4())})
+        deadline = time.monotonic() + REPLY_TIMEOUT
+        try:
+            while True:
+                event = await ws.receive_json_from(timeout=max(deadline - time.monotonic(), 0.1))
+                if event["type"] == "done":
+                    return dict(event["message"])
+                if event["type"] == "error":
+                    return {"status": "error", "metadata": event, "content": ""}
+        finally:
+            await ws.disconnect()
+            if service._tasks:
+                await asyncio.gather(*list(service._tasks), return_exceptions=True)
+            await loop_transports_close()
+
+    try:
+        return asyncio.run(go())
+    finally:
+        # A layer per loop, as each server process has one (channels-redis keeps loop state).
+        channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
+
+
+def test_twenty_long_sends_past_the_models_window_all_complete(api, owner, real_llm):
+    session = ChatSessionFactory(owner=owner)
+    browser = Client()
+    browser.force_login(owner)
+    cookie = browser.cookies["sessionid"].value
+    sends = []
+    for i in range(20):
+        if (i // 2) % 2 == 0:
+            sends.append(ENGLISH * 4 + f"Question {i}: what grows by the fence?")
+        else:
+            sends.append(CHINESE * 3 + f"问题 {i}：篱笆旁种了什么？")
+    ways = []
+    for i, content in enumerate(sends):
+        way = ("rest", "sse", "websocket")[i % 3]
+        ways.append(way)
+        if way == "sse":
+            reply = send_streaming(api, session, content)[-1]["message"]
+        elif way == "websocket":
+            reply = _ws_send(session.pk, cookie, content)
+        else:
+            r = api.post(
+                "/api/v1/chat/send", {"session_id": session.pk, "content": content}, format="json"
+            )
+            assert r.status_code == 200, r.content
+            reply = r.json()["assistant_message"]
+        assert reply["status"] == MessageStatus.COMPLETE, (i, way, reply["metadata"])
+        assert reply["content"].strip(), f"send {i} ({way}) got an empty reply"
+    stored = list(ChatMessage.objects.filter(session=session, role=MessageRole.USER))
+    assert [m.content for m in stored] == sends  # every message kept, in order
+    replies = ChatMessage.objects.filter(session=session, role=MessageRole.ASSISTANT)
+    assert replies.count() == 20
+    assert set(ways) == {"rest", "sse", "websocket"}
+    # The conversation outgrew the window, so it was compacted, and the summaries kept.
+    session.refresh_from_db()
+    assert session.context_summary
+    assert ContextSnapshot.objects.filter(session=session, outcome="committed").exists()

@@ -1,0 +1,165 @@
+"""The summary guard (chat/context/guard.py, chat/context/merge.py): what a real model's
+summary must not be, the stricter retry, and the extractive fallback that keeps identifiers."""
+
+from __future__ import annotations
+
+import pytest
+
+from cadau.contextconfig import ContextConfig
+from chat import context as ctx
+from chat.context.guard import (
+    FALLBACK_MODEL,
+    SUMMARY_HEADINGS,
+    summary_extractive,
+    summary_headings,
+    summary_problem,
+)
+from chat.models import ChatMessage, ContextSnapshot
+from tests.factories import ChatSessionFactory, make_conversation
+
+SMALL = ContextConfig(
+    input_budget_runes=3000,
+    threshold_pct=80,
+    target_pct=50,
+    summary_max_runes=800,
+    min_verbatim=2,
+    roll_batch=4,
+)
+HEADED = "\n".join(f"## {h}\n- something" for h in SUMMARY_HEADINGS)
+
+
+def tm(i: int, role: str, content: str) -> ctx.TailMessage:
+    return ctx.TailMessage(
+        id=i, role=role, content=content, tool_calls=None, tool_call_id="", runes=len(content)
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "previous", "replaced", "problem"),
+    [
+        ("## Facts and decisions\n- fine", "", 500, None),
+        ("<think>let me see</think> summary", "", 500, "reasoning"),
+        ("Facts.\nReturn the merged summary in at most 6000 characters.", "", 500, "instructions"),
+        ("New transcript excerpt:\n[#1 user] hi", "", 500, "instructions"),
+        ("[#1 user] hello\n\n[#2 assistant] hi there", "", 500, "copies the transcript"),
+        ("x" * 2000, "", 2000, "no shorter"),
+        ("x" * 1000, "", 1000, None),  # small material may come back as long
+        ("## Facts and decisions\n- a", HEADED, 5000, "drops the section headings"),
+        (HEADED.replace("something", "new"), HEADED, 5000, None),
+        ("**Facts and decisions**\n- a", "", 500, None),
+    ],
+)
+def test_summary_problem(text, previous, replaced, problem):
+    found = summary_problem(text=text, previous=previous, replaced_runes=replaced)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found
+
+
+def test_headings_are_found_in_markdown_and_bold():
+    assert summary_headings(HEADED) == set(SUMMARY_HEADINGS)
+    assert summary_headings("**Open tasks**\n- x\n### Exact identifiers:") == {
+        "Open tasks",
+        "Exact identifiers",
+    }
+    assert summary_headings("We discussed facts and decisions.") == set()
+
+
+def test_the_fallback_keeps_identifiers_and_headings_under_its_cap():
+    previous = "## Facts and decisions\n- The deploy host is db-7.internal\n## Open tasks\n- x"
+    messages = [
+        tm(1, "user", "Please restart worker at /srv/app/run.py on port 8443 tonight."),
+        tm(2, "assistant", "Done. See https://status.example.com/incident/42 for the log."),
+        tm(3, "user", "用户的预算是 3000 元，截止 2026-12-31。"),
+    ]
+    text = summary_extractive(previous=previous, messages=messages, max_runes=800)
+    assert len(text) <= 800
+    assert summary_headings(text) == set(SUMMARY_HEADINGS)
+    for identifier in (
+        "db-7.internal",
+        "/srv/app/run.py",
+        "8443",
+        "https://status.example.com/incident/42",
+        "3000 元",
+    ):
+        assert identifier in text, identifier
+    # The fallback passes the guard it stands in for.
+    assert summary_problem(text=text, previous=previous, replaced_runes=5000) is None
+    tiny = summary_extractive(previous=previous, messages=messages * 30, max_runes=300)
+    assert len(tiny) <= 300
+
+
+@pytest.fixture
+def small_budget(settings):
+    settings.CHAT_CONTEXT = SMALL
+    return SMALL
+
+
+def _long_session():
+    session = ChatSessionFactory.create()
+    rows = make_conversation(session, turns=12, words=12)
+    ChatMessage.objects.filter(pk=rows[0].pk).update(
+        content="My account id is ACC-99812 and the server is at 10.0.4.17:5432."
+    )
+    return session
+
+
+@pytest.mark.django_db
+def test_an_echoing_summary_is_retried_with_the_reason(fake_llm, small_budget):
+    session = _long_session()
+    echo = "Return the merged summary in at most 800 characters.\n[#1 user] My account id"
+    fake_llm.script_summary(echo, "## Facts and decisions\n- Account ACC-99812.")
+    result = ctx.context_compact(session_id=session.pk, trigger="manual")
+    assert result.outcome == "committed" and result.llm_calls == 2
+    session.refresh_from_db()
+    assert session.context_summary == "## Facts and decisions\n- Account ACC-99812."
+    retry = fake_llm.calls[-1].body["messages"][-1]["content"]
+    assert "rejected because it repeats the instructions" in retry
+
+
+@pytest.mark.django_db
+def test_two_bad_summaries_fall_back_to_the_extractive_one(fake_llm, small_budget):
+    session = _long_session()
+    before = list(ChatMessage.objects.order_by("id").values_list("id", "content"))
+    fake_llm.script_summary("<think>hmm</think>", "<think>still thinking</think>")
+    result = ctx.context_compact(session_id=session.pk, trigger="manual")
+    assert result.outcome == "committed" and result.llm_calls == 2
+    session.refresh_from_db()
+    assert "ACC-99812" in session.context_summary
+    assert "10.0.4.17:5432" in session.context_summary
+    assert summary_headings(session.context_summary) == set(SUMMARY_HEADINGS)
+    assert ContextSnapshot.objects.get(outcome="committed").model == FALLBACK_MODEL
+    # History is untouched: the summary replaced nothing in the database.
+    assert list(ChatMessage.objects.order_by("id").values_list("id", "content")) == before
+
+
+@pytest.mark.django_db
+def test_a_summary_request_past_the_window_falls_back_at_once(fake_llm, small_budget):
+    session = _long_session()
+    fake_llm.fail_next("context_length", target="summary")
+    result = ctx.context_compact(session_id=session.pk, trigger="manual")
+    assert result.outcome == "committed" and result.llm_calls == 1
+    session.refresh_from_db()
+    assert "ACC-99812" in session.context_summary
+    assert session.verbatim_since_message_id is not None
+
+
+@pytest.mark.django_db
+def test_the_fake_and_offline_summaries_pass_the_guard(fake_llm, small_budget, settings):
+    """The built-in summarisers skip the request's own wording, so a default compaction is one
+    call, and its summary keeps the identifiers."""
+    session = _long_session()
+    result = ctx.context_compact(session_id=session.pk, trigger="manual")
+    assert result.outcome == "committed" and result.llm_calls == 1
+    session.refresh_from_db()
+    assert "ACC-99812" in session.context_summary
+    assert "Return the merged" not in session.context_summary
+    assert "[#" not in session.context_summary
+    settings.LLM_BASE_URL = ""
+    offline = _long_session()
+    assert ctx.context_compact(session_id=offline.pk, trigger="manual").llm_calls == 1
+    offline.refresh_from_db()
+    assert "ACC-99812" in offline.context_summary and "Existing summary" not in (
+        offline.context_summary
+    )

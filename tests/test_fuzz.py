@@ -1,0 +1,196 @@
+"""Every API route and every WebSocket frame type, fed hostile input (issue 14, item 6).
+
+The routes are read from the URL resolver, so a route added later is fuzzed without editing
+this file. For each route and method: bodies and query strings of wrong types, huge numbers,
+deep nesting, NUL, lone surrogates, unknown keys and other users' ids, from a seeded generator
+(reproducible; FUZZ_SEED picks another). What must hold: never a 5xx; under /api/ every 4xx in
+the JSON error shape; nothing of the outsider's changes; the socket never closes with 1011.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from channels.db import database_sync_to_async
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from chat.models import Agent, ChatMessage, ChatSession
+from tests.chat.wsclient import loop_left_clean as _loop_left_clean
+from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
+from tests.test_bad_input import _ws
+
+pytestmark = pytest.mark.django_db(transaction=True)
+# Sockets' replies finish, and each test gets its own channel layer (Redis keeps loop state).
+loop_left_clean = _loop_left_clean
+
+SEED = int(os.environ.get("FUZZ_SEED", "1403"))
+CASES_PER_ROUTE = 40
+_PARAM = re.compile(r"<(?:(\w+):)?(\w+)>")
+
+
+def api_routes() -> list[str]:
+    """Every URL pattern under api/, as a template with <name> placeholders."""
+    found: list[str] = []
+
+    def walk(patterns: list[Any], prefix: str) -> None:
+        for p in patterns:
+            route = str(p.pattern)
+            if isinstance(p, URLResolver):
+                walk(p.url_patterns, prefix + route)
+            elif isinstance(p, URLPattern):
+                full = prefix + route
+                if full.startswith("api/") and "<format>" not in full:
+                    found.append("/" + full)
+
+    walk(get_resolver().url_patterns, "")
+    return sorted(set(found))
+
+
+def hostile_value(rng: random.Random, ids: list[int], depth: int = 0) -> Any:
+    choices: list[Callable[[], Any]] = [
+        lambda: rng.choice(ids),
+        lambda: -rng.randint(1, 10**6),
+        lambda: 2**63 + rng.randint(0, 9),
+        lambda: 10**400 if rng.random() < 0.1 else 1e308,
+        lambda: rng.choice(["", " ", "0", "٢", " 2", "1e3", "null", "true", "../../etc/passwd"]),
+        lambda: "a\x00b",
+        lambda: "x\ud800y",
+        lambda: "汉" * rng.randint(1, 300),
+        lambda: "x" * rng.choice([0, 1, 255, 256, 5000]),
+        lambda: rng.choice([True, False, None]),
+        lambda: rng.random(),
+    ]
+    if depth < 3:
+        choices += [
+            lambda: [hostile_value(rng, ids, depth + 1) for _ in range(rng.randint(0, 3))],
+            lambda: {
+                rng.choice(KEYS): hostile_value(rng, ids, depth + 1)
+                for _ in range(rng.randint(0, 4))
+            },
+        ]
+    return rng.choice(choices)()
+
+
+KEYS = [
+    "session_id", "message_id", "content", "client_id", "title", "name", "system_prompt",
+    "model", "config_json", "context", "tools", "instructions", "before", "after", "limit",
+    "cursor", "q", "username", "password", "text", "date", "unknown_key", "type",
+]  # fmt: skip
+
+
+def hostile_body(rng: random.Random, ids: list[int]) -> str:
+    kind = rng.random()
+    if kind < 0.1:
+        return "[" * 5000 + "]" * 5000
+    if kind < 0.2:
+        return rng.choice(["", "{", "not json", '{"a": 1,}', "\ufeff{}", '"just a string"'])
+    body = {rng.choice(KEYS): hostile_value(rng, ids) for _ in range(rng.randint(0, 6))}
+    text = json.dumps(body, ensure_ascii=True)
+    return text.replace("\\u0000", "\\u0000")  # NUL and surrogates stay JSON escapes
+
+
+def fill(template: str, rng: random.Random, ids: list[int]) -> str:
+    def one(match: re.Match[str]) -> str:
+        return str(rng.choice([*ids, *ids, 0, -1, "%202", "%D9%A2", "abc", "9" * 30, "a%2Fb"]))
+
+    return _PARAM.sub(one, template)
+
+
+# The API's documentation (Swagger UI, the OpenAPI file) answers in its own formats.
+DOCUMENTS = ("/api/docs/", "/api/schema/")
+
+
+def _assert_answer(response: Any, where: str) -> None:
+    assert response.status_code < 500, (where, response.status_code, response.content[:300])
+    if 400 <= response.status_code < 500 and not where.split(" ")[1].startswith(DOCUMENTS):
+        assert response["Content-Type"].startswith("application/json"), where
+        body = response.json()
+        assert isinstance(body.get("error"), dict) and body["error"].get("code"), (where, body)
+
+
+def _outsider_state() -> list[Any]:
+    return [
+        list(ChatSession.objects.filter(owner__username="outsider").values().order_by("id")),
+        list(
+            ChatMessage.objects.filter(session__owner__username="outsider").values().order_by("id")
+        ),
+        list(Agent.objects.filter(owner__username="outsider").values().order_by("id")),
+    ]
+
+
+def test_the_resolver_finds_the_api():
+    routes = api_routes()
+    assert "/api/v1/chat/send" in routes and "/api/v1/auth/token" in routes
+    assert any("<" in r for r in routes)  # routes that take ids are among them
+    assert len(routes) >= 15
+
+
+def test_every_route_and_method_answers_hostile_input_with_a_4xx(api, owner, outsider, fake_llm):
+    mine = ChatSessionFactory(owner=owner)
+    make_conversation(mine, turns=2)
+    theirs = ChatSessionFactory(owner=outsider)
+    make_conversation(theirs, turns=2)
+    my_agent, their_agent = AgentFactory(owner=owner), AgentFactory(owner=outsider)
+    ids = sorted(
+        {mine.pk, theirs.pk, my_agent.pk, their_agent.pk}
+        | set(ChatMessage.objects.values_list("id", flat=True))
+    )
+    before = _outsider_state()
+    rng = random.Random(SEED)
+    for template in api_routes():
+        for case in range(CASES_PER_ROUTE):
+            path = fill(template, rng, ids)
+            method = rng.choice(["get", "post", "patch", "put", "delete"])
+            where = f"{method.upper()} {path} (seed {SEED}, case {case})"
+            if method == "get":
+                # Percent-encoded by hand: a hostile client sends bytes no encoder would make
+                # (a surrogate's UTF-8 form, NUL).
+                query = "&".join(
+                    f"{rng.choice(KEYS)}="
+                    + quote(str(hostile_value(rng, ids))[:300].encode("utf-8", "surrogatepass"))
+                    for _ in range(3)
+                )
+                response = api.get(f"{path}?{query}")
+            else:
+                body = hostile_body(rng, ids)
+                response = getattr(api, method)(path, data=body, content_type="application/json")
+            _assert_answer(response, where)
+    assert _outsider_state() == before
+
+
+FRAMES = ["send", "cancel", "unknown", None]
+
+
+async def test_every_frame_type_answers_hostile_fields_and_the_socket_survives(owner, fake_llm):
+    session = await database_sync_to_async(ChatSessionFactory)(owner=owner)
+    rng = random.Random(SEED)
+    ws = await _ws(session.pk, owner)
+    assert (await ws.connect(timeout=5))[0]
+    for case in range(40):
+        kind = rng.choice(FRAMES)
+        frame: dict[str, Any] = {rng.choice(KEYS): hostile_value(rng, [session.pk]) for _ in "ab"}
+        if kind is not None:
+            frame["type"] = kind
+        if kind == "send" and rng.random() < 0.5:
+            frame["content"] = hostile_value(rng, [session.pk])
+        await ws.send_to(text_data=json.dumps(frame))
+        # Every frame is answered (an error, or a send's events), then the socket is quiet
+        # and still open. (A send's reply may end with an error and then `done`.)
+        try:
+            answers = [await ws.receive_json_from(timeout=10)]
+        except TimeoutError:
+            raise AssertionError(f"frame {case} was not answered: {frame!r}") from None
+        while not await ws.receive_nothing(timeout=0.3):
+            answers.append(await ws.receive_json_from(timeout=10))
+        kinds = {a["type"] for a in answers}
+        assert kinds <= {"error", "message", "delta", "done", "compaction"}, (case, frame, kinds)
+    output = await ws.receive_output(timeout=0.2) if not await ws.receive_nothing(0.2) else None
+    assert output is None or output.get("code") != 1011
+    await ws.disconnect()

@@ -1,0 +1,318 @@
+"""Rate limits (cadau/limits.py, chat/api/throttles.py) and the login lockout (cadau/logins.py).
+
+Every limit answers 429 with Retry-After; API routes in the JSON error shape. Counters live in
+the default cache: Redis when REDIS_URL is set (shared by every process), else local memory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.cache import caches
+from django.test import Client
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from cadau import limits, rates
+from tests.factories import UserFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "/api/v1/auth/token"
+SESSIONS = "/api/v1/chat/sessions"
+AGENTS = "/api/v1/agents"
+LOGIN = "/accounts/login/"
+PASSWORD = "pw-for-tests-1"
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fast_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """Moves the limiter's clock (windows and lockout expiry are computed from it)."""
+
+    class Clock:
+        now = 1_000_000.0
+
+        def advance(self, seconds: float) -> None:
+            self.now += seconds
+
+    c = Clock()
+    monkeypatch.setattr(limits, "_now", lambda: c.now)
+    return c
+
+
+def _token_post(username: str, password: str, ip: str = "10.0.0.1"):
+    return APIClient().post(
+        TOKEN, {"username": username, "password": password}, format="json", REMOTE_ADDR=ip
+    )
+
+
+def _form_post(username: str, password: str, ip: str = "10.0.0.1", path: str = LOGIN):
+    return Client(REMOTE_ADDR=ip).post(path, {"username": username, "password": password})
+
+
+def _assert_429(response, code: str | None = "throttled") -> int:
+    assert response.status_code == 429, response.content[:500]
+    retry_after = int(response["Retry-After"])
+    assert retry_after >= 1
+    if code is not None:
+        body = response.json()
+        assert body["error"]["code"] == code and body["error"]["message"]
+    return retry_after
+
+
+# --- settings ----------------------------------------------------------------------------------
+
+
+def test_rate_parsing():
+    assert rates.rate_parse("20/min") == rates.Rate(20, 60)
+    assert rates.rate_parse("5/s") == rates.Rate(5, 1)
+    assert rates.rate_parse("100/hour") == rates.Rate(100, 3600)
+    assert rates.rate_parse("1000/day") == rates.Rate(1000, 86400)
+    assert rates.rate_parse("off") is None
+    for bad in ["", "20", "20/fortnight", "-1/min", "0/min", "x/min", "20/ min", "20/m/s"]:
+        with pytest.raises(ValueError):
+            rates.rate_parse(bad)
+
+
+def _child(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith(("THROTTLE_", "LOGIN_"))}
+    full.update({"SECRET_KEY": "x" * 50, **env})
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+
+
+def test_defaults_and_overrides_from_the_environment():
+    code = (
+        "import cadau.settings as s; "
+        "print(sorted(s.RATE_LIMITS.items()), s.LOGIN_FAILURE_LIMIT, s.LOGIN_LOCKOUT_SECONDS)"
+    )
+    done = _child({}, code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "[('agent_create', '10/min'), ('chat_send', '30/min'), ('context_read', '120/min'), "
+        "('login_ip', '20/min'), ('login_username', '10/min'), ('session_create', '30/min')] 5 900"
+    )
+    done = _child({"THROTTLE_SESSION_CREATE": "off", "THROTTLE_LOGIN_IP": "3/s"}, code)
+    assert "('session_create', 'off')" in done.stdout and "('login_ip', '3/s')" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("THROTTLE_LOGIN_IP", "lots"),
+        ("THROTTLE_SESSION_CREATE", "0/min"),
+        ("LOGIN_FAILURE_LIMIT", "-1"),
+        ("LOGIN_LOCKOUT_SECONDS", "0"),
+        ("LOGIN_LOCKOUT_SECONDS", "15m"),
+    ],
+)
+def test_bad_limits_stop_start_up(name, value):
+    done = _child({name: value}, "import cadau.settings")
+    assert done.returncode != 0
+    assert f"ImproperlyConfigured: {name}" in done.stderr
+
+
+def test_cache_is_redis_when_redis_url_is_set_and_local_memory_otherwise():
+    code = (
+        "import cadau.settings as s; c = s.CACHES['default']; "
+        "print(c['BACKEND'], c.get('KEY_PREFIX', ''))"
+    )
+    local = _child({"REDIS_URL": ""}, code)
+    assert local.stdout.split() == ["django.core.cache.backends.locmem.LocMemCache"]
+    shared = _child({"REDIS_URL": "redis://127.0.0.1:6379/0", "REDIS_PREFIX": "acme"}, code)
+    assert shared.stdout.split() == ["django.core.cache.backends.redis.RedisCache", "acme:cache"]
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs REDIS_URL (shared counters)")
+def test_counters_are_shared_between_processes():
+    # Another process spends the whole allowance; this one is then refused.
+    rate = rates.Rate(3, 60)
+    code = (
+        "import django; django.setup(); from cadau import limits, rates; "
+        "print([limits.limit_hit(scope='xproc', ident='one', rate=rates.Rate(3, 60)) "
+        "for _ in range(3)])"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "cadau.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[None, None, None]"
+    assert limits.limit_hit(scope="xproc", ident="one", rate=rate) is not None
+
+
+# --- the limiter -------------------------------------------------------------------------------
+
+
+def test_fixed_window_counts_and_says_when_to_come_back(clock):
+    rate = rates.Rate(3, 60)
+    clock.now = 6_000_010.0  # 10 s into a 60 s window
+    assert [limits.limit_hit(scope="t", ident="a", rate=rate) for _ in range(3)] == [None] * 3
+    assert limits.limit_hit(scope="t", ident="a", rate=rate) == 50
+    assert limits.limit_hit(scope="t", ident="b", rate=rate) is None  # another key
+    clock.advance(50)
+    assert limits.limit_hit(scope="t", ident="a", rate=rate) is None  # the next window
+    assert limits.limit_hit(scope="t", ident="a", rate=None) is None  # "off"
+
+
+# --- the token endpoint ------------------------------------------------------------------------
+
+
+def test_token_endpoint_is_throttled_per_ip(settings, clock):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_ip": "5/min"}
+    UserFactory(username="alice")
+    for n in range(5):
+        assert _token_post(f"nobody{n}", "wrong").status_code == 400
+    _assert_429(_token_post("alice", PASSWORD))
+    # Another address is not affected.
+    assert _token_post("alice", PASSWORD, ip="10.0.0.2").status_code == 200
+
+
+def test_token_endpoint_is_throttled_per_username_across_addresses(settings, clock):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_username": "4/min"}
+    UserFactory(username="alice")
+    for n in range(4):
+        assert _token_post("alice", "wrong", ip=f"10.1.0.{n}").status_code == 400
+    _assert_429(_token_post("Alice", PASSWORD, ip="10.1.0.9"))  # case does not dodge it
+    assert _token_post("bob", "wrong", ip="10.1.0.9").status_code == 400
+
+
+def test_token_login_locks_out_after_failures_even_with_the_right_password(settings, clock):
+    settings.LOGIN_FAILURE_LIMIT = 3
+    settings.LOGIN_LOCKOUT_SECONDS = 600
+    UserFactory(username="alice")
+    for _ in range(3):
+        assert _token_post("alice", "wrong").status_code == 400
+    locked = _token_post("alice", PASSWORD)
+    assert 590 <= _assert_429(locked, "login_locked") <= 600
+    assert not Token.objects.exists()
+    # The lockout is for this username from this address: elsewhere the right password works.
+    assert _token_post("alice", PASSWORD, ip="10.9.9.9").status_code == 200
+    clock.advance(601)
+    assert _token_post("alice", PASSWORD).status_code == 200
+
+
+def test_a_successful_login_resets_the_failure_count(settings, clock):
+    settings.LOGIN_FAILURE_LIMIT = 3
+    UserFactory(username="alice")
+    for _ in range(2):
+        _token_post("alice", "wrong")
+    assert _token_post("alice", PASSWORD).status_code == 200
+    for _ in range(2):
+        assert _token_post("alice", "wrong").status_code == 400
+    assert _token_post("alice", PASSWORD).status_code == 200
+
+
+def test_lockout_is_shared_by_the_form_and_the_token_endpoint(settings, clock):
+    settings.LOGIN_FAILURE_LIMIT = 3
+    UserFactory(username="alice")
+    assert _form_post("alice", "wrong").status_code == 200  # the form again, with an error
+    assert _form_post("alice", "wrong").status_code == 200
+    assert _token_post("alice", "wrong").status_code == 400
+    _assert_429(_token_post("alice", PASSWORD), "login_locked")
+    page = _form_post("alice", PASSWORD)
+    _assert_429(page, code=None)
+    assert page["Content-Type"].startswith("text/html")
+    assert b"Too many failed logins" in page.content
+    assert "_auth_user_id" not in page.wsgi_request.session
+
+
+def test_form_login_is_throttled_per_ip(settings, clock):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_ip": "3/min"}
+    for n in range(3):
+        assert _form_post(f"nobody{n}", "wrong").status_code == 200
+    page = _form_post("someone", "wrong")
+    _assert_429(page, code=None)
+    # Showing the form is not an attempt.
+    assert Client(REMOTE_ADDR="10.0.0.1").get(LOGIN).status_code == 200
+
+
+def test_admin_login_is_guarded_too(settings, clock):
+    settings.LOGIN_FAILURE_LIMIT = 2
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+    admin_login = "/admin/login/"
+    for _ in range(2):
+        assert _form_post("root", "wrong", path=admin_login).status_code == 200
+    _assert_429(_form_post("root", PASSWORD, path=admin_login), code=None)
+
+
+def test_lockout_can_be_turned_off(settings, clock):
+    settings.LOGIN_FAILURE_LIMIT = 0
+    UserFactory(username="alice")
+    for _ in range(8):
+        _token_post("alice", "wrong")
+    assert _token_post("alice", PASSWORD).status_code == 200
+
+
+# --- per-user limits on creation --------------------------------------------------------------
+
+
+def test_session_creation_is_throttled_per_user(settings, clock, api, outsider_api):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "session_create": "5/min"}
+    for _ in range(5):
+        assert api.post(SESSIONS, {}, format="json").status_code == 201
+    _assert_429(api.post(SESSIONS, {}, format="json"))
+    # Reading is not creating; another user has their own allowance.
+    assert api.get(SESSIONS).status_code == 200
+    assert outsider_api.post(SESSIONS, {}, format="json").status_code == 201
+    clock.advance(60)
+    assert api.post(SESSIONS, {}, format="json").status_code == 201
+
+
+def test_agent_creation_is_throttled_per_user(settings, clock, api):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "agent_create": "2/min"}
+    for n in range(2):
+        assert api.post(AGENTS, {"name": f"a{n}"}, format="json").status_code == 201
+    _assert_429(api.post(AGENTS, {"name": "a3"}, format="json"))
+    assert api.get(AGENTS).status_code == 200
+
+
+def test_off_means_unlimited(settings, clock, api):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "session_create": "off"}
+    for _ in range(40):
+        assert api.post(SESSIONS, {}, format="json").status_code == 201
+
+
+# --- fuzz: the token endpoint with bad input still answers in the shape -----------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"{",
+        b"[]",
+        b'"alice"',
+        b'{"username": ["alice"], "password": {}}',
+        b'{"username": null, "password": null}',
+        b'{"username": "' + b"a" * 100_000 + b'", "password": "x"}',
+        b'{"username": "\\u0000", "password": "\\u0000"}',
+        b"\xff\xfe",
+    ],
+)
+def test_token_endpoint_bad_bodies_are_4xx_json(body):
+    response = APIClient().generic("POST", TOKEN, body, content_type="application/json")
+    assert 400 <= response.status_code < 500, response.content[:300]
+    assert response.json()["error"]["code"]
+
+
+def test_token_endpoint_form_encoded_and_wrong_type_bodies():
+    client = APIClient()
+    response = client.post(TOKEN, "username=a&password=b", content_type="text/plain")
+    assert response.status_code == 415 and response.json()["error"]["code"]
+
+
+def test_cache_in_tests_is_the_configured_one():
+    expected = "RedisCache" if django_settings.REDIS_URL else "LocMemCache"
+    assert type(caches["default"]).__name__ == expected
