@@ -8,13 +8,19 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
+from chat.turn.service import replies_wait
+
 
 def sse_events(response: Any) -> list[dict[str, Any]]:
     """The JSON events of a server-sent-events response from the Django test client (whose
     streaming content is an async iterator under ASGI views)."""
 
     async def collect() -> bytes:
-        return b"".join([chunk async for chunk in response.streaming_content])
+        body = b"".join([chunk async for chunk in response.streaming_content])
+        # The stream ends at `done`; the reply's task goes on (after-reply hooks, leaving the
+        # control group) on this loop, which closes when this returns.
+        await replies_wait()
+        return body
 
     raw = async_to_sync(collect)().decode()
     return [

@@ -150,6 +150,17 @@ def _task_finished(task: asyncio.Task[Any]) -> None:
         logger.error("chat_reply_task_failed", exc_info=exc)
 
 
+async def replies_wait(*, timeout: float = 30.0) -> None:
+    """Wait until the replies started on this event loop have finished, after-reply work
+    included. For a loop about to close (tests serve each streamed response on a loop of its
+    own): a server's loop outlives its replies, and a reply cancelled at loop shutdown
+    instead of finishing was seen to hang there on PostgreSQL + Redis."""
+    loop = asyncio.get_running_loop()
+    mine = [task for task in _tasks if task.get_loop() is loop]
+    if mine:
+        await asyncio.wait(mine, timeout=timeout)
+
+
 async def reply_events(*, turn: Turn) -> AsyncIterator[Event]:
     """The events of the turn's reply as it is generated, ending with `done`, for one
     subscriber (a server-sent-events response). If the subscriber goes away, the reply goes
