@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from asgiref.sync import SyncToAsync
+from channels.testing import WebsocketCommunicator
 from django.db import connections
 from rest_framework.test import APIClient
 
@@ -32,6 +33,26 @@ def _worker_thread_connections_closed(django_db_setup, django_db_blocker):
                     "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
             connection.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _refused_sockets_are_told_they_are_gone():
+    """After an application closes a socket at the handshake, a server sends it
+    `websocket.disconnect` (ASGI) and the consumer ends. Channels' communicator does not, so a
+    refused socket's consumer went on receiving from the channel layer until the test's loop
+    closed; on Redis that receive, cancelled at loop shutdown, never ended (redis-py retried
+    the blocking read) and the whole run hung. The communicator now does what a server does."""
+    original = WebsocketCommunicator.connect
+
+    async def connect(self: WebsocketCommunicator, timeout: float = 1) -> tuple[bool, int | None]:
+        connected, code = await original(self, timeout)
+        if not connected:
+            await self.disconnect(code=code or 1000, timeout=timeout)
+        return connected, code
+
+    WebsocketCommunicator.connect = connect
+    yield
+    WebsocketCommunicator.connect = original
 
 
 @pytest.fixture(autouse=True)
