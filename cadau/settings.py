@@ -244,6 +244,8 @@ _RATE_DEFAULTS = {
     "session_create": "30/min",
     # Reading a session's compaction history (the page's panel pages through it).
     "context_read": "120/min",
+    # Whole-session downloads (each walks the session's every message).
+    "session_export": "10/min",
     "agent_create": "10/min",
     # Messages a user may send (and replies regenerate), REST and WebSocket together.
     "chat_send": "30/min",

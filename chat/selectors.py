@@ -295,3 +295,19 @@ def session_snapshots(*, session: ChatSession, limit: int) -> list[ContextSnapsh
     """The newest `limit` snapshots (chat_snapshot_session_idx): a long chat compacts every few
     turns, so the full list is unbounded and only the recent ones matter for inspection."""
     return list(ContextSnapshot.objects.filter(session_id=session.pk).order_by("-id")[:limit])
+
+
+def session_message_batch(
+    *, session_id: int, after_id: int, through_id: int, limit: int
+) -> list[ChatMessage]:
+    """Up to `limit` messages of the session with after_id < id <= through_id, oldest first:
+    one step of an export walking the session by id (chat_msg_session_id_idx), so memory stays
+    flat whatever the session's length. `through_id` pins the end where the walk began: a
+    session still being written to does not make the walk chase it."""
+    qs = ChatMessage.objects.filter(session_id=session_id, id__gt=after_id, id__lte=through_id)
+    return list(message_rows(qs, order="id", limit=limit))
+
+
+def session_last_message_id(*, session_id: int) -> int:
+    last = message_rows(ChatMessage.objects.filter(session_id=session_id), order="-id", limit=1)
+    return next((m.pk for m in last.only("id")), 0)

@@ -31,6 +31,15 @@ def sse_events(response: Any) -> list[dict[str, Any]]:
     ]
 
 
+def streamed_body(response: Any) -> bytes:
+    """The whole body of a streaming response whose content is an async iterator."""
+
+    async def collect() -> bytes:
+        return b"".join([chunk async for chunk in response.streaming_content])
+
+    return async_to_sync(collect)()
+
+
 def send_streaming(api: Any, session: Any, content: str) -> list[dict[str, Any]]:
     """POST /api/v1/chat/send with `Accept: text/event-stream`; the events it streamed."""
     response = api.post(

@@ -5,7 +5,7 @@ agentmemory's (agentmemory/urls.py), mounted next to these by cadau/urls.py."""
 
 from django.urls import path
 
-from chat.api import agents, meta, send, views
+from chat.api import agents, export, meta, send, views
 
 urlpatterns = [
     path("auth/token", views.TokenView.as_view(), name="api-token"),
@@ -25,6 +25,11 @@ urlpatterns = [
         "chat/sessions/<str:session_id>/snapshots",
         views.SessionSnapshotsView.as_view(),
         name="chat-session-snapshots",
+    ),
+    path(
+        "chat/sessions/<str:session_id>/export",
+        export.SessionExportView.as_view(),
+        name="chat-session-export",
     ),
     path("chat/history", views.HistoryView.as_view(), name="chat-history"),
     path("chat/history/turns", views.TurnsView.as_view(), name="chat-history-turns"),
