@@ -393,6 +393,15 @@ if CHAT_SUMMARY_HEADING not in ("auto", "en", "zh"):
         f"CHAT_SUMMARY_HEADING: expected auto, en or zh, got {CHAT_SUMMARY_HEADING!r}"
     )
 
+# Naming a session nobody named when a reply completes (chat/services/titles.py): "model" asks
+# the summary model for a few words (one short call per session; the offline provider and a
+# failed call take the first words of the message), "words" never calls, "off".
+CHAT_AUTO_TITLE: str = env.str("CHAT_AUTO_TITLE", default="model").strip().lower()
+if CHAT_AUTO_TITLE not in ("model", "words", "off"):
+    raise ImproperlyConfigured(
+        f"CHAT_AUTO_TITLE: expected model, words or off, got {CHAT_AUTO_TITLE!r}"
+    )
+
 # A send that arrives while the session's previous reply is still generating waits this long
 # for it (a queue of one) before it is refused with `reply_in_progress`.
 CHAT_SEND_QUEUE_SECONDS: float = _strict(env.float, "CHAT_SEND_QUEUE_SECONDS", default=30.0)

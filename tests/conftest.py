@@ -115,6 +115,13 @@ def _no_background_compaction(settings):
 
 
 @pytest.fixture(autouse=True)
+def _titles_without_a_model_call(settings):
+    """A title call would take a scripted summary reply or count as a summary call; tests of
+    titles (tests/chat/test_titles.py) turn the model back on."""
+    settings.CHAT_AUTO_TITLE = "words"
+
+
+@pytest.fixture(autouse=True)
 def _no_learned_windows():
     """What a test's model server taught about its context window stays with that test."""
     from chat.llm.window import window_forget

@@ -49,6 +49,7 @@ from chat.llm.window import (
 )
 from chat.models import ChatMessage, MessageStatus
 from chat.services.compaction import compaction_event_end, session_compact
+from chat.services.titles import session_title_after_reply
 from chat.shapes import message_payload
 from chat.turn.registry import Emit, Generation, generation_tracked
 from chat.turn.rows import Prepared, Turn, reply_finish
@@ -412,6 +413,11 @@ def _after_reply(*, after: ContextState, turn: Turn, reply: ChatMessage, query_r
             hook(session=session, user_message=turn.user_message, assistant_message=reply)
         except Exception:
             logger.exception("chat_turn_finished_hook_failed session=%s", session.pk)
+    try:
+        session_title_after_reply(session=session, user_message=turn.user_message, reply=reply)
+    except Exception:
+        # A title is a nicety: it never fails a stored reply.
+        logger.exception("chat_title_failed session=%s", session.pk)
     _compact_later_if_due(after, query_runes)
 
 

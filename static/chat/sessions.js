@@ -17,6 +17,24 @@ function sessionItem(s, current) {
   return el("li", { class: active ? "session active" : "session", "data-session-id": s.id }, link, actions);
 }
 
+// A session's new name, wherever the page shows it: its sidebar entry (and that entry's button
+// labels), and the header and tab when it is the open one. `title` is text, never markup.
+export function sessionTitleShow(id, title) {
+  const li = document.querySelector(`#session-list li[data-session-id="${Number(id)}"]`);
+  if (li) {
+    li.querySelector(".session-link").textContent = title;
+    for (const button of li.querySelectorAll("button[data-action]")) {
+      const action = button.dataset.action === "rename" ? t("rename") : t("delete");
+      button.setAttribute("aria-label", `${action}: ${title}`);
+    }
+  }
+  const open = $("chat").dataset.sessionId;
+  if (open !== undefined && Number(open) === Number(id)) {
+    $("chat-title").textContent = title;
+    document.title = `${title} · Cadau`;
+  }
+}
+
 // `current`: the open session (page config), or null on the empty page.
 export function setupSidebar({ current }) {
   const state = { cursor: undefined, loading: false, done: false };
@@ -46,11 +64,7 @@ export function setupSidebar({ current }) {
     const title = window.prompt(t("rename_prompt"), link.textContent);
     if (!title || !title.trim()) return;
     const updated = await api.renameSession(id, title.trim());
-    link.textContent = updated.title;
-    if (current !== null && current.id === id) {
-      $("chat-title").textContent = updated.title;
-      document.title = `${updated.title} · Cadau`;
-    }
+    sessionTitleShow(id, updated.title);
   }
 
   async function remove(id, li) {

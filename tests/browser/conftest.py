@@ -93,6 +93,8 @@ def live_app(
         LLM_TIMEOUT_SECONDS="20",
         # Background compaction threads would outlive a test's data (flushed after each test).
         CHAT_BACKGROUND_COMPACTION="false",
+        # Likewise a title call; and it would take the summaries the tests script.
+        CHAT_AUTO_TITLE="words",
         LOG_LEVEL="WARNING",
         PYTHONUNBUFFERED="1",
     )
