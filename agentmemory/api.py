@@ -62,6 +62,13 @@ class EntryCreateSerializer(serializers.Serializer):
     )
 
 
+class EntryUpdateSerializer(serializers.Serializer):
+    content = StrictCharField(trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=40), required=False, max_length=20
+    )
+
+
 class EntryListQuerySerializer(serializers.Serializer):
     q = serializers.CharField(required=False, allow_blank=True, max_length=2000)
     limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=200)
@@ -198,6 +205,34 @@ class EntryDetailView(APIView):
         with _store_errors():
             entry = store.entry_read(agent_id=agent.pk, name=name)
         return Response(entry_payload(entry))
+
+    @extend_schema(
+        operation_id="agent_memory_entries_update",
+        parameters=[AGENT_ID_PATH, ENTRY_NAME_PATH],
+        request=EntryUpdateSerializer,
+        responses={200: EntrySerializer, **ERRORS},
+        description="Replace an entry's text (and, when given, its tags); 404 if it is gone.",
+    )
+    def patch(self, request: Request, agent_id: str, name: str) -> Response:
+        agent = agent_for_user(user=request.user, agent_id=agent_id)
+        data = _valid(EntryUpdateSerializer, request.data)
+        if not data["content"].strip():
+            raise ApiError("content must be a non-empty string", code="invalid")
+        with _store_errors():
+            # Read first: entry_write would create a missing entry under this name.
+            current = store.entry_read(agent_id=agent.pk, name=name)
+            try:
+                result = store.entry_write(
+                    agent_id=agent.pk,
+                    name=current.name,
+                    content=data["content"],
+                    tags=data.get("tags", ()),
+                )
+            except (store.UnsafeName, store.TooLarge):
+                raise
+            except ValueError as exc:
+                raise ApiError(str(exc), code="invalid") from exc
+        return Response(entry_payload(result.entry))
 
     @extend_schema(
         operation_id="agent_memory_entries_destroy",

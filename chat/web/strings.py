@@ -79,4 +79,22 @@ def js_strings() -> dict[str, str]:
         "memory_empty": _("No long-term memories yet."),
         "no_agent": _("No agent"),
         "error_prefix": _("Error:"),
+        # The agents page (static/chat/agents.js).
+        "my_agents": _("My agents"),
+        "new_agent": _("New agent"),
+        "no_agents": _("No agents yet."),
+        "default_model": _("Server default (%(model)s)"),
+        "no_tools": _("This server offers no tools."),
+        "name_required": _("An agent needs a name."),
+        "agent_saved": _("Agent saved."),
+        "confirm_delete_agent": _(
+            "Delete the agent %(name)s? Its chats stay, without an agent; its memory files "
+            "are kept on the server."
+        ),
+        "days_with_notes": _("Days with notes (%(count)s)"),
+        "no_note": _("No note for this day."),
+        "save": _("Save"),
+        "no_matches": _("Nothing in memory matches."),
+        "entry_saved": _("Memory saved."),
+        "confirm_delete_entry": _("Delete this memory? This cannot be undone."),
     }

@@ -1,5 +1,6 @@
-"""The chat page. Thin: ownership through `session_for_user`, data from selectors, and the
-rest is the browser's job (static/chat/*.js talks to /api/v1 and /ws/chat/)."""
+"""The chat page and the agents page. Thin: ownership through `session_for_user` and
+`agent_for_user`, data from selectors, and the rest is the browser's job (static/chat/*.js
+talks to /api/v1 and /ws/chat/)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from chat.api.serializers import SessionSerializer
 from chat.context import context_config_for
 from chat.llm import provider_info
 from chat.models import ChatSession
-from chat.selectors import session_for_user, session_list
+from chat.selectors import agent_for_user, session_for_user, session_list
+from chat.tools import tools_registered
 from chat.web.strings import js_strings
 
 # The DOM never holds more than WINDOW_CAP messages, whatever the session's length; pages of
@@ -79,3 +81,21 @@ def home(request: HttpRequest) -> HttpResponse:
 def chat_page(request: HttpRequest, session_id: int) -> HttpResponse:
     session = session_for_user(user=request.user, session_id=session_id)
     return _render_chat(request, session)
+
+
+@require_GET
+@login_required
+def agents_page(request: HttpRequest, agent_id: int | None = None) -> HttpResponse:
+    """`/agents/` (the list, "New agent") and `/agents/<id>/` (that agent open: its settings,
+    daily notes and long-term memory). Another user's agent is a 404, as in the API."""
+    agent = agent_for_user(user=request.user, agent_id=agent_id) if agent_id is not None else None
+    tools = sorted(tools_registered().values(), key=lambda tool: tool.name)
+    config = {
+        "agent_id": agent.pk if agent is not None else None,
+        "models": list(settings.LLM_ALLOWED_MODELS),
+        "default_model": settings.LLM_MODEL,
+        "tools": [{"name": tool.name, "description": tool.description} for tool in tools],
+        "strings": js_strings(),
+        "language": getattr(request, "LANGUAGE_CODE", settings.LANGUAGE_CODE),
+    }
+    return render(request, "chat/agents.html", {"agent": agent, "config": config})

@@ -60,7 +60,16 @@ export const api = {
     request("GET", `/api/v1/chat/sessions/${sessionId}/snapshots`, { query: { before, limit: 20 } }),
   compact: (sessionId) => request("POST", `/api/v1/chat/sessions/${sessionId}/compact`, { body: {} }),
   agents: () => request("GET", "/api/v1/agents"),
-  memoryEntries: (agentId) => request("GET", `/api/v1/agents/${agentId}/memory/entries`),
+  agent: (id) => request("GET", `/api/v1/agents/${id}`),
+  createAgent: (body) => request("POST", "/api/v1/agents", { body }),
+  updateAgent: (id, body) => request("PATCH", `/api/v1/agents/${id}`, { body }),
+  deleteAgent: (id) => request("DELETE", `/api/v1/agents/${id}`),
+  dailyNote: (agentId, date) => request("GET", `/api/v1/agents/${agentId}/memory/daily`, { query: { date } }),
+  memoryEntries: (agentId, q) => request("GET", `/api/v1/agents/${agentId}/memory/entries`, { query: { q } }),
+  updateEntry: (agentId, name, content) =>
+    request("PATCH", `/api/v1/agents/${agentId}/memory/entries/${encodeURIComponent(name)}`, { body: { content } }),
+  deleteEntry: (agentId, name) =>
+    request("DELETE", `/api/v1/agents/${agentId}/memory/entries/${encodeURIComponent(name)}`),
   remember: (agentId, content, messageId) =>
     request("POST", `/api/v1/agents/${agentId}/memory/entries`, {
       body: { content, source_message_id: messageId },

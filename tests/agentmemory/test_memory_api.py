@@ -170,3 +170,31 @@ def test_admin_pages(client, runtime, owner):
     )
     assert response.status_code == 200  # re-rendered with the error
     assert "unknown key" in response.content.decode()
+
+
+def test_an_entry_is_edited_in_place(api, outsider_api, agent):
+    created = api.post(
+        f"{_base(agent)}/entries", {"content": "Likes tea.", "tags": ["drinks"]}, format="json"
+    ).json()
+    url = f"{_base(agent)}/entries/{created['name']}"
+    r = api.patch(url, {"content": "Likes green tea, no sugar."}, format="json")
+    assert r.status_code == 200, r.content
+    edited = r.json()
+    assert edited["name"] == created["name"] and edited["content"] == "Likes green tea, no sugar."
+    assert edited["tags"] == created["tags"] and edited["created"] == created["created"]
+    assert api.get(url).json()["content"] == "Likes green tea, no sugar."
+    retagged = api.patch(url, {"content": "Likes green tea.", "tags": ["tea"]}, format="json")
+    assert retagged.json()["tags"] == ["tea"]
+    assert len(api.get(f"{_base(agent)}/entries").json()["results"]) == 1
+
+    for body in ({}, {"content": "   "}, {"content": 5}, {"content": "x", "tags": "tea"}):
+        bad = api.patch(url, body, format="json")
+        assert bad.status_code == 400, (body, bad.content)
+    assert api.get(url).json()["content"] == "Likes green tea."
+    # Editing never creates: a missing entry stays missing.
+    missing = api.patch(f"{_base(agent)}/entries/no-such-entry", {"content": "x"}, format="json")
+    assert missing.status_code == 404
+    assert api.get(f"{_base(agent)}/entries/no-such-entry").status_code == 404
+    # Another user's agent is a 404, and its entry is unchanged.
+    assert outsider_api.patch(url, {"content": "hijacked"}, format="json").status_code == 404
+    assert api.get(url).json()["content"] == "Likes green tea."

@@ -1,0 +1,236 @@
+// The agents page (/agents/, /agents/<id>/): the user's agents; one open at a time with its
+// settings, its daily notes by day and its long-term memory (search, edit, delete). Everything
+// goes through /api/v1/agents, which checks ownership; text is always set as text.
+
+import { api } from "./api.js";
+import { $, clearNotice, config, el, errorNotice, notice, t, timeElement } from "./dom.js";
+
+const state = { agent: null, agents: [] };
+
+function agentUrl(id) {
+  return id ? `/agents/${id}/` : "/agents/";
+}
+
+async function loadList() {
+  const list = $("agents-list");
+  try {
+    const data = await api.agents();
+    state.agents = data.results || [];
+  } catch (err) {
+    $("agents-status").textContent = t("load_error");
+    errorNotice(err);
+    return;
+  }
+  list.replaceChildren(
+    ...state.agents.map((a) =>
+      el(
+        "li",
+        { class: a.id === config.agent_id ? "agent-item active" : "agent-item", "data-agent-id": a.id },
+        el("a", { href: agentUrl(a.id), "aria-current": a.id === config.agent_id ? "page" : null, text: a.name }),
+      ),
+    ),
+  );
+  $("agents-status").textContent = state.agents.length ? "" : t("no_agents");
+}
+
+function modelOptions(current) {
+  const select = $("agent-model");
+  const models = [...config.models];
+  if (current && !models.includes(current)) models.push(current);
+  select.replaceChildren(
+    el("option", { value: "", text: t("default_model", { model: config.default_model }) }),
+    ...models.map((m) => el("option", { value: m, text: m })),
+  );
+  select.value = current || "";
+}
+
+function toolBoxes(enabled) {
+  $("agent-tools").replaceChildren(
+    ...config.tools.map((tool) =>
+      el(
+        "label",
+        { class: "check", title: tool.description },
+        el("input", { type: "checkbox", name: "tools", value: tool.name, checked: enabled.includes(tool.name) }),
+        ` ${tool.name}`,
+      ),
+    ),
+  );
+  if (!config.tools.length) $("agent-tools").textContent = t("no_tools");
+}
+
+function showForm(agent) {
+  const cfg = (agent && agent.config_json) || {};
+  $("agent-empty").hidden = true;
+  $("agent-form").hidden = false;
+  $("agent-form-title").textContent = agent ? agent.name : t("new_agent");
+  $("agent-name").value = agent ? agent.name : "";
+  $("agent-prompt").value = agent ? agent.system_prompt : "";
+  modelOptions(agent ? agent.model : "");
+  $("agent-auto-append").checked = cfg.memory_auto_append === true;
+  $("agent-auto-extract").checked = cfg.memory_auto_extract !== false;
+  toolBoxes(Array.isArray(cfg.tools) ? cfg.tools : config.tools.map((tool) => tool.name));
+  $("agent-delete").hidden = !agent;
+  $("agent-name").focus();
+}
+
+function formBody() {
+  // config_json is replaced as a whole: keep the keys this form does not show.
+  const previous = (state.agent && state.agent.config_json) || {};
+  const tools = [...document.querySelectorAll("#agent-tools input:checked")].map((box) => box.value);
+  return {
+    name: $("agent-name").value.trim(),
+    system_prompt: $("agent-prompt").value,
+    model: $("agent-model").value,
+    config_json: {
+      ...previous,
+      memory_auto_append: $("agent-auto-append").checked,
+      memory_auto_extract: $("agent-auto-extract").checked,
+      tools,
+    },
+  };
+}
+
+async function save(event) {
+  event.preventDefault();
+  const body = formBody();
+  if (!body.name) {
+    notice(t("name_required"), { level: "error" });
+    $("agent-name").focus();
+    return;
+  }
+  try {
+    if (state.agent) {
+      state.agent = await api.updateAgent(state.agent.id, body);
+      $("agent-form-title").textContent = state.agent.name;
+      document.title = `${state.agent.name} · ${t("my_agents")} · Cadau`;
+      notice(t("agent_saved"));
+      await loadList();
+    } else {
+      const created = await api.createAgent(body);
+      window.location.assign(agentUrl(created.id));
+    }
+  } catch (err) {
+    errorNotice(err);
+  }
+}
+
+async function removeAgent() {
+  if (!state.agent || !window.confirm(t("confirm_delete_agent", { name: state.agent.name }))) return;
+  try {
+    await api.deleteAgent(state.agent.id);
+    window.location.assign(agentUrl(null));
+  } catch (err) {
+    errorNotice(err);
+  }
+}
+
+// --- daily notes ----------------------------------------------------------------------------
+
+async function showDay(date) {
+  const note = $("daily-note");
+  try {
+    const data = await api.dailyNote(state.agent.id, date);
+    $("daily-date").value = data.date;
+    const days = $("daily-days");
+    days.replaceChildren(
+      el("option", { value: "", text: t("days_with_notes", { count: data.days.length }) }),
+      ...data.days.map((day) => el("option", { value: day, text: day })),
+    );
+    days.value = data.days.includes(data.date) ? data.date : "";
+    note.textContent = data.markdown || t("no_note");
+    note.classList.toggle("muted", !data.markdown);
+  } catch (err) {
+    errorNotice(err);
+  }
+}
+
+// --- long-term memory -----------------------------------------------------------------------
+
+function entryItem(entry) {
+  const text = el("textarea", { class: "entry-text", rows: 3, readonly: true, "aria-label": entry.name });
+  text.value = entry.content;
+  const edit = el("button", { type: "button", class: "btn small", "data-action": "edit", text: t("edit") });
+  const saveButton = el("button", { type: "button", class: "btn small primary", "data-action": "save", text: t("save"), hidden: true });
+  const remove = el("button", { type: "button", class: "btn small danger", "data-action": "delete", text: t("delete") });
+  const meta = el("div", { class: "entry-meta muted small" }, el("code", { text: entry.name }), " ", timeElement(entry.updated));
+  if (entry.tags && entry.tags.length) meta.append(` · ${entry.tags.join(", ")}`);
+  return el("li", { class: "entry", "data-entry-name": entry.name }, meta, text, el("div", { class: "entry-actions" }, edit, saveButton, remove));
+}
+
+async function loadEntries() {
+  const q = $("entries-q").value.trim();
+  try {
+    const data = await api.memoryEntries(state.agent.id, q);
+    const entries = data.results || [];
+    $("entries-list").replaceChildren(...entries.map(entryItem));
+    $("entries-status").textContent = entries.length ? "" : q ? t("no_matches") : t("memory_empty");
+  } catch (err) {
+    errorNotice(err);
+  }
+}
+
+async function entryAction(event) {
+  const button = event.target.closest("button[data-action]");
+  if (!button) return;
+  const item = button.closest("li[data-entry-name]");
+  const name = item.dataset.entryName;
+  const text = item.querySelector(".entry-text");
+  try {
+    if (button.dataset.action === "edit") {
+      text.readOnly = false;
+      text.focus();
+      button.hidden = true;
+      item.querySelector('[data-action="save"]').hidden = false;
+    } else if (button.dataset.action === "save") {
+      const updated = await api.updateEntry(state.agent.id, name, text.value);
+      item.replaceWith(entryItem(updated));
+      notice(t("entry_saved"));
+    } else if (button.dataset.action === "delete") {
+      if (!window.confirm(t("confirm_delete_entry"))) return;
+      await api.deleteEntry(state.agent.id, name);
+      item.remove();
+      if (!$("entries-list").children.length) await loadEntries();
+    }
+  } catch (err) {
+    errorNotice(err);
+  }
+}
+
+async function start() {
+  $("agent-form").addEventListener("submit", save);
+  $("agent-delete").addEventListener("click", removeAgent);
+  $("new-agent").addEventListener("click", () => {
+    if (config.agent_id) {
+      window.location.assign(agentUrl(null) + "#new");
+      return;
+    }
+    state.agent = null;
+    clearNotice();
+    showForm(null);
+  });
+  loadList();
+  if (!config.agent_id) {
+    if (window.location.hash === "#new") showForm(null);
+    return;
+  }
+  try {
+    state.agent = await api.agent(config.agent_id);
+  } catch (err) {
+    errorNotice(err);
+    return;
+  }
+  showForm(state.agent);
+  $("daily-section").hidden = false;
+  $("entries-section").hidden = false;
+  $("daily-date").addEventListener("change", (e) => e.target.value && showDay(e.target.value));
+  $("daily-days").addEventListener("change", (e) => e.target.value && showDay(e.target.value));
+  $("entries-search").addEventListener("submit", (e) => {
+    e.preventDefault();
+    loadEntries();
+  });
+  $("entries-list").addEventListener("click", entryAction);
+  showDay(undefined);
+  loadEntries();
+}
+
+start();
