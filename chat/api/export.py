@@ -154,24 +154,16 @@ class SessionExportView(APIView):
                 f"format must be one of {', '.join(FORMATS)}, not {fmt[:40]!r}", code="invalid"
             )
         exported_at = datetime.now(UTC)
-        if fmt == "json":
-            body = _export_body(
-                session=session,
-                render=_json_message,
-                head=_json_head(session, exported_at),
-                tail="\n]}\n",
-                json_list=True,
-            )
+        json_list = fmt == "json"
+        if json_list:
+            render, head, tail = _json_message, _json_head(session, exported_at), "\n]}\n"
             content_type, extension = "application/json; charset=utf-8", "json"
         else:
-            body = _export_body(
-                session=session,
-                render=_markdown_message,
-                head=_markdown_head(session, exported_at),
-                tail="",
-                json_list=False,
-            )
+            render, head, tail = _markdown_message, _markdown_head(session, exported_at), ""
             content_type, extension = "text/markdown; charset=utf-8", "md"
+        body = _export_body(
+            session=session, render=render, head=head, tail=tail, json_list=json_list
+        )
         response = StreamingHttpResponse(body, content_type=content_type)
         # Only the id goes in the file name: a title could carry quotes or path characters.
         response["Content-Disposition"] = (

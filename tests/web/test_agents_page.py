@@ -15,13 +15,6 @@ from tests.factories import AgentFactory
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def web(owner) -> Client:
-    client = Client()
-    client.force_login(owner)
-    return client
-
-
 def _config(response) -> dict:
     match = re.search(
         rb'<script id="cadau-config" type="application/json">(.*?)</script>', response.content, re.S

@@ -20,13 +20,6 @@ from tests.browser.xss_payloads import PAYLOADS
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def web(owner) -> Client:
-    client = Client()
-    client.force_login(owner)
-    return client
-
-
 def test_pages_need_login(client: Client) -> None:
     for path in ("/", "/chat/1/"):
         response = client.get(path)
