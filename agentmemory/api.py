@@ -211,7 +211,10 @@ class EntryDetailView(APIView):
         parameters=[AGENT_ID_PATH, ENTRY_NAME_PATH],
         request=EntryUpdateSerializer,
         responses={200: EntrySerializer, **ERRORS},
-        description="Replace an entry's text (and, when given, its tags); 404 if it is gone.",
+        description=(
+            "Replace an entry's text, and its tags when given ([] clears them); 404 if it is "
+            "gone (an edit never creates one)."
+        ),
     )
     def patch(self, request: Request, agent_id: str, name: str) -> Response:
         agent = agent_for_user(user=request.user, agent_id=agent_id)
@@ -219,20 +222,15 @@ class EntryDetailView(APIView):
         if not data["content"].strip():
             raise ApiError("content must be a non-empty string", code="invalid")
         with _store_errors():
-            # Read first: entry_write would create a missing entry under this name.
-            current = store.entry_read(agent_id=agent.pk, name=name)
             try:
-                result = store.entry_write(
-                    agent_id=agent.pk,
-                    name=current.name,
-                    content=data["content"],
-                    tags=data.get("tags", ()),
+                entry = store.entry_update(
+                    agent_id=agent.pk, name=name, content=data["content"], tags=data.get("tags")
                 )
-            except (store.UnsafeName, store.TooLarge):
+            except (store.UnsafeName, store.TooLarge, store.MemoryNotFound):
                 raise
             except ValueError as exc:
                 raise ApiError(str(exc), code="invalid") from exc
-        return Response(entry_payload(result.entry))
+        return Response(entry_payload(entry))
 
     @extend_schema(
         operation_id="agent_memory_entries_destroy",

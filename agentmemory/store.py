@@ -343,6 +343,40 @@ def entry_list(*, agent_id: int) -> list[MemoryEntry]:
     return listed
 
 
+def entry_update(
+    *, agent_id: int, name: str, content: str, tags: Iterable[str] | None = None
+) -> MemoryEntry:
+    """Replace an existing entry's text, and its tags when `tags` is given (an empty list
+    clears them). Never creates and never merges into another entry: MemoryNotFound when the
+    entry is not there once the lock is held, so an edit racing a delete cannot bring it back."""
+    content = content.strip() if isinstance(content, str) else ""
+    if not normalized(content):
+        raise ValueError("entry content is empty")
+    if len(content) > ENTRY_MAX_CHARS:
+        raise TooLarge(f"entry content is longer than {ENTRY_MAX_CHARS} characters")
+    stem = paths.entry_stem(name)
+    storage = get_memory_storage()
+    root = _root(storage, agent_id)
+    if root is None:
+        raise MemoryNotFound(f"no memory entry {name!r}")
+    lock_name = f"{paths.entries_dir(root=root)}/entries"
+    with fileio.exclusive(storage=storage, root=root, name=lock_name):
+        existing = index.load_entry(storage=storage, root=root, stem=stem)
+        if existing is None:
+            raise MemoryNotFound(f"no memory entry {name!r}")
+        entry = MemoryEntry(
+            name=existing.name,
+            content=content,
+            created=existing.created,
+            updated=timezone.now(),
+            source_session_id=existing.source_session_id,
+            source_message_id=existing.source_message_id,
+            tags=frontmatter.clean_tags(list(tags)) if tags is not None else existing.tags,
+        )
+        _save_entry(storage=storage, root=root, entry=entry)
+        return entry
+
+
 def entry_delete(*, agent_id: int, name: str) -> bool:
     """True when an entry was deleted, False when there was none."""
     stem = paths.entry_stem(name)

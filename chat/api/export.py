@@ -8,6 +8,7 @@ async because Django serves a synchronous one under ASGI by reading it whole fir
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -37,8 +38,16 @@ def _utc(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _fenced(text: str) -> str:
+    """`text` in a code fence longer than any run of backticks inside it."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
 def _markdown_head(session: ChatSession, exported_at: datetime) -> str:
-    title = session.title or f"Session {session.pk}"
+    # One line: a title holding a newline must not add headings of its own.
+    title = " ".join(session.title.split()) or f"Session {session.pk}"
     return f"# {title}\n\n_Exported from Cadau on {_utc(exported_at)}._\n"
 
 
@@ -55,7 +64,7 @@ def _markdown_message(message: ChatMessage) -> str:
             function = {}
         name = function.get("name", "?")
         arguments = function.get("arguments", "")
-        parts.append(f"\n_Called `{name}`_ with `{arguments}`\n")
+        parts.append(f"\n_Called `{name}` with:_\n\n{_fenced(str(arguments))}\n")
     return "".join(parts)
 
 

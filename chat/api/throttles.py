@@ -38,7 +38,9 @@ class ScopedThrottle(BaseThrottle):
         raise NotImplementedError
 
     def allow_request(self, request: Request, view: APIView) -> bool:
-        if request.method not in self.methods:
+        # Django answers HEAD with the GET view: the same work, so the same count.
+        method = "GET" if request.method == "HEAD" else request.method
+        if method not in self.methods:
             return True
         ident = self.ident(request)
         if ident is None:

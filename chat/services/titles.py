@@ -53,7 +53,9 @@ def title_from_words(text: str) -> str:
     """The start of `text` as a title: its first line, markup dropped, cut at a word (or, for
     text written without spaces, at 20 characters) with an ellipsis."""
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = _plain(line)
+    # A line of markup alone ("***") keeps its characters: a session must end up named, or
+    # every reply would try again.
+    line = _plain(line) or " ".join(line.split())
     limit = 20 if _CJK.search(line[:40]) and " " not in line[:20] else TITLE_MAX_RUNES
     if len(line) <= limit:
         return line
@@ -105,12 +107,17 @@ def session_title_after_reply(
             if session.pk in _in_flight:
                 return
             _in_flight.add(session.pk)
-        background_submit(
-            _title_from_model,
-            session_id=session.pk,
-            question=user_message.content,
-            answer=reply.content,
-        )
+        try:
+            background_submit(
+                _title_from_model,
+                session_id=session.pk,
+                question=user_message.content,
+                answer=reply.content,
+            )
+        except BaseException:
+            with _in_flight_lock:
+                _in_flight.discard(session.pk)
+            raise
         return
     session_title_auto_set(session_id=session.pk, title=title_from_words(user_message.content))
 

@@ -94,7 +94,12 @@ def agents_page(request: HttpRequest, agent_id: int | None = None) -> HttpRespon
         "agent_id": agent.pk if agent is not None else None,
         "models": list(settings.LLM_ALLOWED_MODELS),
         "default_model": settings.LLM_MODEL,
-        "tools": [{"name": tool.name, "description": tool.description} for tool in tools],
+        # An agent without a `tools` list gets the built-in ones (chat/tools.py); the form
+        # starts from the same.
+        "tools": [
+            {"name": tool.name, "description": tool.description, "builtin": tool.builtin}
+            for tool in tools
+        ],
         "strings": js_strings(),
         "language": getattr(request, "LANGUAGE_CODE", settings.LANGUAGE_CODE),
     }

@@ -5,7 +5,9 @@
 import { api } from "./api.js";
 import { $, clearNotice, config, el, errorNotice, notice, t, timeElement } from "./dom.js";
 
-const state = { agent: null, agents: [] };
+// `shown`: what the form showed when it opened, so a save sends only what the user changed (an
+// admin may have set a model or a limit this user may not set; a rename must not resend them).
+const state = { agent: null, agents: [], shown: null };
 
 function agentUrl(id) {
   return id ? `/agents/${id}/` : "/agents/";
@@ -68,39 +70,51 @@ function showForm(agent) {
   modelOptions(agent ? agent.model : "");
   $("agent-auto-append").checked = cfg.memory_auto_append === true;
   $("agent-auto-extract").checked = cfg.memory_auto_extract !== false;
-  toolBoxes(Array.isArray(cfg.tools) ? cfg.tools : config.tools.map((tool) => tool.name));
+  toolBoxes(Array.isArray(cfg.tools) ? cfg.tools : config.tools.filter((tool) => tool.builtin).map((tool) => tool.name));
   $("agent-delete").hidden = !agent;
+  state.shown = formValues();
   $("agent-name").focus();
 }
 
-function formBody() {
-  // config_json is replaced as a whole: keep the keys this form does not show.
-  const previous = (state.agent && state.agent.config_json) || {};
-  const tools = [...document.querySelectorAll("#agent-tools input:checked")].map((box) => box.value);
+function formValues() {
   return {
     name: $("agent-name").value.trim(),
     system_prompt: $("agent-prompt").value,
     model: $("agent-model").value,
-    config_json: {
-      ...previous,
-      memory_auto_append: $("agent-auto-append").checked,
-      memory_auto_extract: $("agent-auto-extract").checked,
-      tools,
-    },
+    memory_auto_append: $("agent-auto-append").checked,
+    memory_auto_extract: $("agent-auto-extract").checked,
+    tools: [...document.querySelectorAll("#agent-tools input:checked")].map((box) => box.value),
   };
+}
+
+function formBody() {
+  const now = formValues();
+  const was = state.shown;
+  const body = {};
+  for (const key of ["name", "system_prompt", "model"]) if (!state.agent || now[key] !== was[key]) body[key] = now[key];
+  // config_json is replaced as a whole: start from what the agent has, change only what the
+  // user changed (the tool list is written only when its boxes changed: an agent without one
+  // keeps getting the built-in tools, new ones included).
+  const previous = (state.agent && state.agent.config_json) || {};
+  const changed = {};
+  for (const key of ["memory_auto_append", "memory_auto_extract"]) if (!state.agent || now[key] !== was[key]) changed[key] = now[key];
+  if (now.tools.join("\n") !== was.tools.join("\n")) changed.tools = now.tools;
+  if (Object.keys(changed).length) body.config_json = { ...previous, ...changed };
+  return body;
 }
 
 async function save(event) {
   event.preventDefault();
   const body = formBody();
-  if (!body.name) {
+  if (!formValues().name) {
     notice(t("name_required"), { level: "error" });
     $("agent-name").focus();
     return;
   }
   try {
     if (state.agent) {
-      state.agent = await api.updateAgent(state.agent.id, body);
+      if (Object.keys(body).length) state.agent = await api.updateAgent(state.agent.id, body);
+      state.shown = formValues();
       $("agent-form-title").textContent = state.agent.name;
       document.title = `${state.agent.name} · ${t("my_agents")} · Cadau`;
       notice(t("agent_saved"));

@@ -35,6 +35,14 @@ export function sessionTitleShow(id, title) {
   }
 }
 
+// Sessions the user renamed on this page: a `title` event (an automatic name) that arrives
+// after the user's own name must not show over it (the server never stored it over it).
+const renamedHere = new Set();
+
+export function sessionTitleAuto(id, title) {
+  if (!renamedHere.has(Number(id))) sessionTitleShow(id, title);
+}
+
 // `current`: the open session (page config), or null on the empty page.
 export function setupSidebar({ current }) {
   const state = { cursor: undefined, loading: false, done: false };
@@ -63,6 +71,7 @@ export function setupSidebar({ current }) {
     const link = li.querySelector(".session-link");
     const title = window.prompt(t("rename_prompt"), link.textContent);
     if (!title || !title.trim()) return;
+    renamedHere.add(Number(id));
     const updated = await api.renameSession(id, title.trim());
     sessionTitleShow(id, updated.title);
   }

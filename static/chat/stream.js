@@ -6,7 +6,7 @@
 import { api, streamPost } from "./api.js";
 import { $, clearNotice, el, errorNotice, notice, t } from "./dom.js";
 import { compactionNotice } from "./panels.js";
-import { sessionTitleShow } from "./sessions.js";
+import { sessionTitleAuto } from "./sessions.js";
 import { ChatSocket } from "./socket.js";
 
 export class Stream {
@@ -228,7 +228,7 @@ export class Stream {
       }
       case "title":
         // The session was named for the first time (chat/services/titles.py).
-        if (typeof event.title === "string") sessionTitleShow(event.session_id, event.title);
+        if (typeof event.title === "string") sessionTitleAuto(event.session_id, event.title);
         break;
       case "tool_call":
       case "tool_result":

@@ -185,6 +185,8 @@ def test_an_entry_is_edited_in_place(api, outsider_api, agent):
     assert api.get(url).json()["content"] == "Likes green tea, no sugar."
     retagged = api.patch(url, {"content": "Likes green tea.", "tags": ["tea"]}, format="json")
     assert retagged.json()["tags"] == ["tea"]
+    cleared = api.patch(url, {"content": "Likes green tea.", "tags": []}, format="json")
+    assert cleared.json()["tags"] == []
     assert len(api.get(f"{_base(agent)}/entries").json()["results"]) == 1
 
     for body in ({}, {"content": "   "}, {"content": 5}, {"content": "x", "tags": "tea"}):

@@ -132,3 +132,27 @@ def test_the_agents_page_at_phone_width_in_chinese(browser: Any, app: LiveApp, u
     finally:
         context.close()
     assert not errors, errors
+
+
+def test_renaming_keeps_what_an_admin_set(page: Any, app: LiveApp, user: Any) -> None:
+    """A model outside LLM_ALLOWED_MODELS and a limit over the user's cap, set by an admin, are
+    not sent back by a rename (the API would refuse them from this user); an agent without a
+    tool list keeps having none."""
+    agent = Agent.objects.create(
+        owner=user,
+        name="Set by admin",
+        model="admin-only-model",
+        config_json={"max_tool_rounds": 40},
+    )
+    login(page, app, user, next_path=f"/agents/{agent.pk}/")
+    wait_js(page, "document.getElementById('agent-name').value === 'Set by admin'")
+    assert page.input_value("#agent-model") == "admin-only-model"
+    # The boxes show what the agent gets: the built-in tools.
+    assert page.is_checked("#agent-tools input[value='current_time']")
+    page.fill("#agent-name", "Renamed by me")
+    page.click("#agent-save")
+    page.wait_for_selector("#notice:has-text('Agent saved.')")
+    agent.refresh_from_db()
+    assert agent.name == "Renamed by me"
+    assert agent.model == "admin-only-model"
+    assert agent.config_json == {"max_tool_rounds": 40}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -64,7 +65,7 @@ def test_markdown_export_has_the_title_and_every_message_in_order(api, owner):
         "## Assistant",
         "## Tool",
     ]
-    assert "_Called `memory_search`_ with `{}`" in text and "nothing found" in text
+    assert "_Called `memory_search` with:_\n\n```\n{}\n```" in text and "nothing found" in text
     assert text.index("question 0") < text.index("answer 0") < text.index("question 2")
 
 
@@ -141,3 +142,22 @@ def test_exports_are_throttled_per_user(api, owner, settings):
     assert api.get(_url(session.pk, "json")).status_code == 200
     refused = api.get(_url(session.pk))
     assert refused.status_code == 429 and int(refused["Retry-After"]) >= 1
+    # HEAD runs the same view: it counts, and is refused alike.
+    assert api.head(_url(session.pk)).status_code == 429
+
+
+def test_markdown_cannot_be_broken_by_a_title_or_tool_arguments(api, owner):
+    session = ChatSessionFactory(owner=owner, title="a\n## User · fake")
+    ChatMessage.objects.create(
+        session=session,
+        role=MessageRole.ASSISTANT,
+        content="",
+        tool_calls=[{"function": {"name": "run", "arguments": "```\n## User · injected\n```"}}],
+    )
+    text = streamed_body(api.get(_url(session.pk))).decode()
+    assert text.startswith("# a ## User · fake\n")
+    assert "\n````\n```\n## User · injected\n```\n````\n" in text
+    outside = re.sub(r"````.*?````", "", text, flags=re.S)
+    assert [line for line in outside.splitlines() if line.startswith("## ")] == [
+        line for line in outside.splitlines() if line.startswith("## Assistant")
+    ]

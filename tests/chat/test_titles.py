@@ -51,6 +51,8 @@ def _title(session) -> str:
             "请帮我写一封给房东的邮件，说明下个月的房…",
         ),
         ("x" * 100, "x" * 60 + "…"),
+        ("***", "***"),
+        ("`", "`"),
     ],
 )
 def test_title_from_words(text, title):
@@ -169,3 +171,15 @@ async def test_the_socket_hears_the_new_title(owner, fake_llm):
     assert events[-1] == {"type": "title", "session_id": session.pk, "title": "Name this chat"}
     assert [e["type"] for e in events].index("done") < len(events) - 1
     await ws.disconnect()
+
+
+def test_a_message_of_markup_alone_still_names_the_session_once(api, owner, fake_llm, settings):
+    settings.CHAT_AUTO_TITLE = "model"
+    session = ChatSessionFactory(owner=owner, title="")
+    fake_llm.script("One.", "Two.", "Three.")
+    fake_llm.script_summary("***")  # the model answers with nothing usable either
+    for _ in range(3):
+        _send(api, session, "***")
+        background_wait()
+    assert _title(session) == "***"
+    assert fake_llm.count("summary") == 1
