@@ -37,6 +37,8 @@ from chat.turn.rows import STALE_STREAMING_SECONDS
 from chat.workers import in_worker
 
 logger = logging.getLogger("chat.realtime")
+# How long a reply's control listener gets to read its stop message before it is cancelled.
+LISTENER_STOP_SECONDS = 2.0
 
 Event = dict[str, Any]
 # Takes an event without waiting (a queue's put_nowait): it is called for every token.
@@ -150,6 +152,8 @@ async def _listen(gen: Generation, layer: Any) -> None:
     while True:
         message = await layer.receive(gen.channel)
         kind = message.get("type")
+        if kind == "chat.stop":
+            return
         if kind == "chat.cancel":
             logger.info("chat_reply_cancel_remote session=%s", gen.session_id)
             gen.cancel()
@@ -190,9 +194,26 @@ async def generation_tracked(*, gen: Generation) -> AsyncIterator[Generation]:
         if _running.get(session_id) is gen:
             del _running[session_id]
         if gen.listener is not None:
-            gen.listener.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(_listener_stop(gen, layer))
             with contextlib.suppress(BaseException):
                 await asyncio.shield(_unlisten(gen, layer))
+
+
+async def _listener_stop(gen: Generation, layer: Any) -> None:
+    """End the listener with a message of its own rather than cancel(): a channels-redis
+    receive cancelled mid-read (BZPOPMIN, redis-py 8) was seen to stay 'cancelling' for good,
+    reading on, which hung the test loops that closed over it and would leak a Redis poller
+    per reply on a server. Cancelled only when the message does not get through in time."""
+    listener = gen.listener
+    if listener is None or listener.done():
+        return
+    try:
+        await layer.send(gen.channel, {"type": "chat.stop"})
+        await asyncio.wait({listener}, timeout=LISTENER_STOP_SECONDS)
+    finally:
+        if not listener.done():
+            listener.cancel()
 
 
 async def _unlisten(gen: Generation, layer: Any) -> None:
