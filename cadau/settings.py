@@ -246,6 +246,8 @@ _RATE_DEFAULTS = {
     "context_read": "120/min",
     # Whole-session downloads (each walks the session's every message).
     "session_export": "10/min",
+    # Message search: the page searches as the user types (debounced), so a burst is normal.
+    "message_search": "120/min",
     "agent_create": "10/min",
     # Messages a user may send (and replies regenerate), REST and WebSocket together.
     "chat_send": "30/min",

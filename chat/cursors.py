@@ -132,3 +132,50 @@ def decode_session_list_cursor(*, cursor: Any, owner_id: int) -> SessionListCurs
     return SessionListCursor(
         owner_id=got_owner, last_activity_at=last_activity_at, session_id=session_id
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchCursor:
+    """A position in one search: the next page takes matching ids < message_id. Bound to the
+    owner, the scope (a session id, or 0 for all of the owner's sessions), the role filter and
+    the query text, so a cursor cannot carry one search's position into another."""
+
+    owner_id: int
+    session_id: int
+    role: str
+    query_key: str
+    message_id: int
+
+
+def encode_search_cursor(
+    *, owner_id: int, session_id: int, role: str, query_key: str, message_id: int
+) -> str:
+    return _sign(["q", owner_id, session_id, role, query_key, message_id])
+
+
+def decode_search_cursor(
+    *, cursor: Any, owner_id: int, session_id: int, role: str, query_key: str
+) -> SearchCursor:
+    payload = _unsign(cursor)
+    if len(payload) != 6 or payload[0] != "q":
+        raise InvalidCursor("Malformed cursor.")
+    _, got_owner, got_session, got_role, got_key, message_id = payload
+    if (
+        not _is_id(got_owner)
+        or not _is_id(got_session, allow_zero=True)
+        or not _is_id(message_id)
+        or not isinstance(got_role, str)
+        or not isinstance(got_key, str)
+    ):
+        raise InvalidCursor("Malformed cursor.")
+    if got_owner != owner_id:
+        raise InvalidCursor("This cursor belongs to another user.")
+    if (got_session, got_role, got_key) != (session_id, role, query_key):
+        raise InvalidCursor("This cursor belongs to another search.")
+    return SearchCursor(
+        owner_id=got_owner,
+        session_id=got_session,
+        role=got_role,
+        query_key=got_key,
+        message_id=message_id,
+    )

@@ -93,3 +93,10 @@ class CompactionFailed(ChatError):
     """A requested compaction could not make a usable summary; nothing changed."""
 
     code = "compaction_failed"
+
+
+class SearchTimeout(ChatError):
+    """A search ran past its time limit (chat/search): the query matched too much too sparsely;
+    a narrower one (a session, a role, more characters) answers."""
+
+    code = "search_timeout"

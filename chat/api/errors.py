@@ -18,6 +18,7 @@ from chat.errors import (
     CompactionFailed,
     CompactionInProgress,
     ReplyInProgress,
+    SearchTimeout,
     Throttled,
     TooManyReplies,
 )
@@ -29,6 +30,7 @@ _STATUS: dict[type[ChatError], int] = {
     CompactionFailed: status.HTTP_502_BAD_GATEWAY,
     TooManyReplies: status.HTTP_429_TOO_MANY_REQUESTS,
     Throttled: status.HTTP_429_TOO_MANY_REQUESTS,
+    SearchTimeout: status.HTTP_503_SERVICE_UNAVAILABLE,
 }
 
 

@@ -143,6 +143,18 @@ class HistoryQuerySerializer(serializers.Serializer):
         return attrs
 
 
+class SearchQuerySerializer(serializers.Serializer):
+    # The text's own rules (length, trimming) are the selector's, so REST and the model's tool
+    # refuse the same queries with the same words; here only its type and a hard size cap.
+    q = serializers.CharField(
+        allow_blank=True, trim_whitespace=False, max_length=1000, help_text="Text to find."
+    )
+    session_id = _id_field(required=False, help_text="Only this session's messages.")
+    role = serializers.ChoiceField(choices=["user", "assistant", "tool"], required=False)
+    before = serializers.CharField(required=False, help_text="next_cursor of a previous page")
+    limit = serializers.IntegerField(min_value=1, max_value=50, default=20)
+
+
 class TurnsQuerySerializer(serializers.Serializer):
     session_id = _id_field()
     limit = serializers.IntegerField(min_value=1, max_value=1000, default=200)
@@ -189,6 +201,34 @@ class TurnSerializer(serializers.Serializer):
     message_id = serializers.IntegerField()
     created_at = serializers.DateTimeField()
     preview = serializers.CharField()
+
+
+class SearchHitSerializer(serializers.Serializer):
+    session_id = serializers.IntegerField()
+    session_title = serializers.CharField()
+    message_id = serializers.IntegerField()
+    role = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    snippet = serializers.CharField(help_text="Plain text around the first match.")
+    highlights = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(), min_length=2, max_length=2),
+        help_text="[start, end) of each match in `snippet`, in Unicode code points.",
+    )
+
+
+class SearchPageSerializer(serializers.Serializer):
+    results = SearchHitSerializer(many=True, help_text="Newest first.")
+    next_cursor = serializers.CharField(
+        allow_null=True,
+        help_text=(
+            "Continues the search (pass as `before`); null when nothing older matches. A page "
+            "may be short, even empty, and still have one: a query under 3 characters searches "
+            "5,000 messages per request."
+        ),
+    )
+    mode = serializers.ChoiceField(
+        choices=["index", "scan"], help_text="`scan`: a query too short for the index."
+    )
 
 
 class TurnsPageSerializer(serializers.Serializer):

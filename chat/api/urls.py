@@ -5,7 +5,7 @@ agentmemory's (agentmemory/urls.py), mounted next to these by cadau/urls.py."""
 
 from django.urls import path
 
-from chat.api import agents, export, meta, send, views
+from chat.api import agents, export, meta, search, send, views
 
 urlpatterns = [
     path("auth/token", views.TokenView.as_view(), name="api-token"),
@@ -32,6 +32,7 @@ urlpatterns = [
         name="chat-session-export",
     ),
     path("chat/history", views.HistoryView.as_view(), name="chat-history"),
+    path("chat/search", search.SearchView.as_view(), name="chat-search"),
     path("chat/history/turns", views.TurnsView.as_view(), name="chat-history-turns"),
     path("chat/truncate", views.TruncateView.as_view(), name="chat-truncate"),
     path("chat/send", send.send_route, name="chat-send"),

@@ -3,12 +3,10 @@ for anything not the caller's), call one selector or service, serialize."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.authtoken.views import ObtainAuthToken
@@ -16,19 +14,17 @@ from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.serializers import Serializer
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from cadau.logins import login_lockout_remaining, login_success_record
 from cadau.tokens import token_issue, token_revoke
 from chat.api import serializers as s
-from chat.api.errors import ApiError
+from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
 from chat.api.throttles import LOGIN_THROTTLES, per_user
 from chat.context import context_budget_for
 from chat.context.heading import summary_prefix
-from chat.cursors import InvalidCursor
 from chat.rendering import render_markdown
 from chat.selectors import (
     history_page,
@@ -41,32 +37,9 @@ from chat.selectors import (
 from chat.services.sessions import session_create, session_delete, session_update
 from chat.turn.truncate import turn_truncate
 
-_ERRORS = {
-    400: OpenApiResponse(s.ErrorSerializer, description="Invalid input."),
-    403: OpenApiResponse(s.ErrorSerializer, description="Not authenticated."),
-    404: OpenApiResponse(s.ErrorSerializer, description="Not found (or not yours)."),
-}
 _SESSION_ID_PATH = OpenApiParameter(
     "session_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="Session id."
 )
-
-
-def _errors(*codes: int) -> dict[int, OpenApiResponse]:
-    return {code: _ERRORS[code] for code in codes}
-
-
-def _valid(serializer_class: type[Serializer], data: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
-
-
-@contextmanager
-def _cursor_errors() -> Iterator[None]:
-    try:
-        yield
-    except InvalidCursor as exc:
-        raise ApiError(str(exc), code="invalid_cursor") from exc
 
 
 class SessionListCreateView(APIView):
@@ -75,12 +48,12 @@ class SessionListCreateView(APIView):
     @extend_schema(
         operation_id="chat_sessions_list",
         parameters=[s.SessionListQuerySerializer],
-        responses={200: s.SessionPageSerializer, **_errors(400, 403)},
+        responses={200: s.SessionPageSerializer, **error_responses(400, 403)},
         description="The caller's sessions, newest activity first, keyset-paged.",
     )
     def get(self, request: Request) -> Response:
-        query = _valid(s.SessionListQuerySerializer, request.query_params)
-        with _cursor_errors():
+        query = valid(s.SessionListQuerySerializer, request.query_params)
+        with cursor_errors():
             page = session_list(user=request.user, limit=query["limit"], cursor=query.get("cursor"))
         return Response(
             {
@@ -92,10 +65,10 @@ class SessionListCreateView(APIView):
     @extend_schema(
         operation_id="chat_sessions_create",
         request=s.SessionCreateSerializer,
-        responses={201: s.SessionSerializer, **_errors(400, 403, 404)},
+        responses={201: s.SessionSerializer, **error_responses(400, 403, 404)},
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.SessionCreateSerializer, request.data)
+        data = valid(s.SessionCreateSerializer, request.data)
         session = session_create(
             user=request.user, title=data.get("title", ""), agent_id=data.get("agent_id")
         )
@@ -106,7 +79,7 @@ class SessionDetailView(APIView):
     @extend_schema(
         operation_id="chat_sessions_retrieve",
         parameters=[_SESSION_ID_PATH],
-        responses={200: s.SessionSerializer, **_errors(403, 404)},
+        responses={200: s.SessionSerializer, **error_responses(403, 404)},
     )
     def get(self, request: Request, session_id: str) -> Response:
         session = session_for_user(user=request.user, session_id=session_id)
@@ -116,18 +89,18 @@ class SessionDetailView(APIView):
         operation_id="chat_sessions_update",
         parameters=[_SESSION_ID_PATH],
         request=s.SessionUpdateSerializer,
-        responses={200: s.SessionSerializer, **_errors(400, 403, 404)},
+        responses={200: s.SessionSerializer, **error_responses(400, 403, 404)},
     )
     def patch(self, request: Request, session_id: str) -> Response:
         session = session_for_user(user=request.user, session_id=session_id)
-        data = _valid(s.SessionUpdateSerializer, request.data)
+        data = valid(s.SessionUpdateSerializer, request.data)
         session = session_update(session=session, title=data["title"])
         return Response(s.SessionSerializer(session).data)
 
     @extend_schema(
         operation_id="chat_sessions_destroy",
         parameters=[_SESSION_ID_PATH],
-        responses={204: None, **_errors(403, 404)},
+        responses={204: None, **error_responses(403, 404)},
         description="Deletes the session with all its messages and context snapshots.",
     )
     def delete(self, request: Request, session_id: str) -> Response:
@@ -140,16 +113,16 @@ class HistoryView(APIView):
     @extend_schema(
         operation_id="chat_history",
         parameters=[s.HistoryQuerySerializer],
-        responses={200: s.HistoryPageSerializer, **_errors(400, 403, 404)},
+        responses={200: s.HistoryPageSerializer, **error_responses(400, 403, 404)},
         description=(
             "One page of messages, oldest first. No position: the newest page. `before` / "
             "`after` take older_cursor / newer_cursor of a previous page; `around` a message id."
         ),
     )
     def get(self, request: Request) -> Response:
-        query = _valid(s.HistoryQuerySerializer, request.query_params)
+        query = valid(s.HistoryQuerySerializer, request.query_params)
         session = session_for_user(user=request.user, session_id=query["session_id"])
-        with _cursor_errors():
+        with cursor_errors():
             page = history_page(
                 session=session,
                 limit=query["limit"],
@@ -177,13 +150,13 @@ class TurnsView(APIView):
     @extend_schema(
         operation_id="chat_history_turns",
         parameters=[s.TurnsQuerySerializer],
-        responses={200: s.TurnsPageSerializer, **_errors(400, 403, 404)},
+        responses={200: s.TurnsPageSerializer, **error_responses(400, 403, 404)},
         description="The user's questions in the session, newest first (a navigator index).",
     )
     def get(self, request: Request) -> Response:
-        query = _valid(s.TurnsQuerySerializer, request.query_params)
+        query = valid(s.TurnsQuerySerializer, request.query_params)
         session = session_for_user(user=request.user, session_id=query["session_id"])
-        with _cursor_errors():
+        with cursor_errors():
             page = turns_page(session=session, limit=query["limit"], cursor=query.get("cursor"))
         turns = [
             {"message_id": t.message_id, "created_at": t.created_at, "preview": t.preview}
@@ -201,7 +174,7 @@ class TruncateView(APIView):
     @extend_schema(
         operation_id="chat_truncate",
         request=s.TruncateRequestSerializer,
-        responses={200: s.TruncateResponseSerializer, **_errors(400, 403, 404)},
+        responses={200: s.TruncateResponseSerializer, **error_responses(400, 403, 404)},
         description=(
             "Deletes the message and every later one (edit and resend). A reply still being "
             "generated is stopped first (its `done`, status `cancelled`, goes to the session's "
@@ -209,7 +182,7 @@ class TruncateView(APIView):
         ),
     )
     def post(self, request: Request) -> Response:
-        data = _valid(s.TruncateRequestSerializer, request.data)
+        data = valid(s.TruncateRequestSerializer, request.data)
         truncated = turn_truncate(
             user=request.user, session_id=data["session_id"], message_id=data["message_id"]
         )
@@ -228,12 +201,12 @@ class SessionContextView(APIView):
     @extend_schema(
         operation_id="chat_session_context",
         parameters=[_SESSION_ID_PATH, s.ContextQuerySerializer],
-        responses={200: s.SessionContextSerializer, **_errors(400, 403, 404)},
+        responses={200: s.SessionContextSerializer, **error_responses(400, 403, 404)},
         description="The rolling summary, its anchor, the budget and the newest snapshots.",
     )
     def get(self, request: Request, session_id: str) -> Response:
         session = session_for_user(user=request.user, session_id=session_id)
-        query = _valid(s.ContextQuerySerializer, request.query_params)
+        query = valid(s.ContextQuerySerializer, request.query_params)
         snapshots = session_snapshots(session=session, limit=query["snapshots_limit"])
         return Response(
             {
@@ -253,7 +226,7 @@ class SessionSnapshotsView(APIView):
     @extend_schema(
         operation_id="chat_session_snapshots",
         parameters=[_SESSION_ID_PATH, s.SnapshotsQuerySerializer],
-        responses={200: s.SnapshotsPageSerializer, **_errors(400, 403, 404)},
+        responses={200: s.SnapshotsPageSerializer, **error_responses(400, 403, 404)},
         description=(
             "Read-only compaction history: the summary in force (as the model is sent it) and "
             "the session's snapshots with their ranges and times, newest first, paged by id."
@@ -261,7 +234,7 @@ class SessionSnapshotsView(APIView):
     )
     def get(self, request: Request, session_id: str) -> Response:
         session = session_for_user(user=request.user, session_id=session_id)
-        query = _valid(s.SnapshotsQuerySerializer, request.query_params)
+        query = valid(s.SnapshotsQuerySerializer, request.query_params)
         snapshots, next_before = session_snapshots_page(
             session=session, limit=query["limit"], before=query.get("before")
         )
@@ -307,7 +280,7 @@ class TokenView(ObtainAuthToken):
     @extend_schema(
         operation_id="auth_token",
         request=s.TokenRequestSerializer,
-        responses={200: s.TokenResponseSerializer, **_errors(400)},
+        responses={200: s.TokenResponseSerializer, **error_responses(400)},
         auth=[],
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -329,7 +302,7 @@ class TokenView(ObtainAuthToken):
     @extend_schema(
         operation_id="auth_token_revoke",
         request=None,
-        responses={204: None, **_errors(403)},
+        responses={204: None, **error_responses(403)},
         description="Revokes the caller's token; logging in again issues a new one.",
     )
     def delete(self, request: Request, *args: Any, **kwargs: Any) -> Response:
