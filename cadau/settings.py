@@ -404,6 +404,17 @@ if CHAT_AUTO_TITLE not in ("model", "words", "off"):
         f"CHAT_AUTO_TITLE: expected model, words or off, got {CHAT_AUTO_TITLE!r}"
     )
 
+# Recall (chat/search/recall.py). CHAT_CONTEXT_RECALL: before each call of a session whose
+# model cannot call `history_search` (no agent, or an agent without that tool), add the
+# summarised messages that best match the new message, verbatim, under
+# CHAT_CONTEXT_RECALL_MAX_RUNES (counted in the payload and its budget). HISTORY_SEARCH_MAX_RUNES
+# caps what one `history_search` call returns to the model.
+CHAT_CONTEXT_RECALL: bool = _bool("CHAT_CONTEXT_RECALL", default=False)
+CHAT_CONTEXT_RECALL_MAX_RUNES: int = _int(
+    "CHAT_CONTEXT_RECALL_MAX_RUNES", default=1500, minimum=100
+)
+HISTORY_SEARCH_MAX_RUNES: int = _int("HISTORY_SEARCH_MAX_RUNES", default=4000, minimum=200)
+
 # A send that arrives while the session's previous reply is still generating waits this long
 # for it (a queue of one) before it is refused with `reply_in_progress`.
 CHAT_SEND_QUEUE_SECONDS: float = _strict(env.float, "CHAT_SEND_QUEUE_SECONDS", default=30.0)

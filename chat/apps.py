@@ -8,6 +8,9 @@ class ChatConfig(AppConfig):
 
     def ready(self) -> None:
         # A logout, a password change or a deactivation closes the user's sockets.
+        from chat.search import recall
         from chat.services import sockets
 
         sockets.connect_signals()
+        # The history_search tool (registered on import) and automatic recall's prompt part.
+        recall.register()

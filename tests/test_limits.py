@@ -101,8 +101,8 @@ def test_defaults_and_overrides_from_the_environment():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
         "[('agent_create', '10/min'), ('chat_send', '30/min'), ('context_read', '120/min'), "
-        "('login_ip', '20/min'), ('login_username', '10/min'), ('session_create', '30/min'), "
-        "('session_export', '10/min')] 5 900"
+        "('login_ip', '20/min'), ('login_username', '10/min'), ('message_search', '120/min'), "
+        "('session_create', '30/min'), ('session_export', '10/min')] 5 900"
     )
     done = _child({"THROTTLE_SESSION_CREATE": "off", "THROTTLE_LOGIN_IP": "3/s"}, code)
     assert "('session_create', 'off')" in done.stdout and "('login_ip', '3/s')" in done.stdout

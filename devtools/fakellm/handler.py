@@ -8,7 +8,7 @@ import socketserver
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from devtools.fakellm.scripts import (
     context_length_body,
     default_reply,
     llama_cpp_python_overflow_body,
+    quoted_answer,
 )
 
 if TYPE_CHECKING:
@@ -283,6 +284,10 @@ class Handler(BaseHTTPRequestHandler):
                 messages=body["messages"],
                 max_tokens=max_tokens,
                 reply_words=config.reply_words,
+            )
+        if reply.quote:
+            reply = replace(
+                reply, content=quoted_answer(messages=body["messages"], quote=reply.quote)
             )
         if fault is not None:
             reply = fault.shape(reply, max_tokens=max_tokens)

@@ -126,6 +126,10 @@ class ScriptedReply:
     token_ms: float | None = None  # override the server's rate for this reply
     #: A thinking model's reasoning, sent as `reasoning_content` before the content.
     reasoning: str = ""
+    #: Answer from what the call was sent: the first line of its prompt (any message but the
+    #: user's last one) that contains this text, case-insensitive, else "I do not know." A
+    #: recall test's model can only quote a fact that reached its payload.
+    quote: str = ""
 
     @classmethod
     def coerce(cls, value: str | dict[str, Any] | ScriptedReply) -> ScriptedReply:
@@ -134,7 +138,7 @@ class ScriptedReply:
         if isinstance(value, str):
             return cls(content=value)
         if isinstance(value, dict):
-            known = {"content", "tool_calls", "finish_reason", "token_ms", "reasoning"}
+            known = {"content", "tool_calls", "finish_reason", "token_ms", "reasoning", "quote"}
             unknown = set(value) - known
             if unknown:
                 raise ValueError(f"unknown reply fields: {sorted(unknown)}")
@@ -144,6 +148,7 @@ class ScriptedReply:
                 finish_reason=value.get("finish_reason"),
                 token_ms=value.get("token_ms"),
                 reasoning=str(value.get("reasoning") or ""),
+                quote=str(value.get("quote") or ""),
             )
         raise TypeError(f"cannot script a reply from {type(value).__name__}")
 
@@ -291,6 +296,21 @@ def default_reply(
         filler = (f"w{i}" for i in range(reply_words))
         text = " ".join((words + list(filler))[:reply_words])
     return ScriptedReply(content=text)
+
+
+def quoted_answer(*, messages: list[Message], quote: str) -> str:
+    """What a model that read its prompt answers about `quote` (ScriptedReply.quote)."""
+    last_user = max(
+        (i for i, m in enumerate(messages) if m.get("role") == "user"), default=len(messages)
+    )
+    needle = quote.casefold()
+    for i, message in enumerate(messages):
+        if i == last_user:
+            continue
+        for line in message_text(message).splitlines():
+            if needle in line.casefold():
+                return f"From earlier in our conversation: {line.strip()}"
+    return "I do not know."
 
 
 def estimate_prompt_tokens(messages: list[Message]) -> int:
