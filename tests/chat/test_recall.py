@@ -124,7 +124,7 @@ def test_history_search_only_reads_what_is_summarised_and_only_the_owners(
     owner, outsider, fake_llm
 ):
     agent = AgentFactory(owner=owner)
-    session, planted = _archived(owner, fake_llm, agent=agent)
+    session, _ = _archived(owner, fake_llm, agent=agent)
     enabled = {t.name: t for t in tools_enabled_for(config=agent.config_json)}
 
     def run(arguments, *, user_id=owner.pk, session_id=session.pk):
