@@ -40,7 +40,7 @@ def runtime(settings, tmp_path):
 
 def _archived(owner, fake_llm, *, agent=None, fact: str = FACT) -> tuple[ChatSession, int]:
     """A session whose first turn (the fact) is summarised away by a summary that drops it."""
-    session = ChatSessionFactory(owner=owner, agent=agent)
+    session: ChatSession = ChatSessionFactory.create(owner=owner, agent=agent)
     planted = ChatMessage.objects.create(session=session, role=MessageRole.USER, content=fact)
     ChatMessage.objects.create(session=session, role=MessageRole.ASSISTANT, content="Noted.")
     make_conversation(session, turns=12, words=12)
