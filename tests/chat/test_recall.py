@@ -48,7 +48,8 @@ def _archived(owner, fake_llm, *, agent=None, fact: str = FACT) -> tuple[ChatSes
     result = context_compact(session_id=session.pk, trigger="manual", force=True)
     assert result.outcome == "committed", result
     session.refresh_from_db()
-    assert session.verbatim_since_message_id > planted.pk
+    anchor = session.verbatim_since_message_id
+    assert anchor is not None and anchor > planted.pk
     assert "4471" not in session.context_summary
     return session, planted.pk
 
