@@ -6,13 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from chat.context import context_budget_for, context_reset, with_context_runes
-from chat.errors import ChatError
+from chat.errors import ChatError, InvalidInput, SearchTimeout
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
+from chat.search.backends import Scope
+from chat.search.selectors import message_ids_search, search_deadline, search_query_clean
 from chat.services.agents import agent_config_validate
 from chat.services.compaction import session_compact
 from chat.workers import background_submit
@@ -156,11 +158,35 @@ class ChatMessageAdmin(admin.ModelAdmin):
     list_display = ("id", "session", "role", "status", "short_content", "created_at")
     list_filter = ("role", "status")
     list_select_related = ("session",)
+    # Searched through the message search index (get_search_results), not `icontains`.
     search_fields = ("content",)
+    search_help_text = (
+        "Case-insensitive text in the content, every user's messages; the newest "
+        "500 matches (not replies still streaming)."
+    )
     raw_id_fields = ("session",)
     # Exact COUNT(*) of a million rows on every page load is the admin's usual slow path.
     show_full_result_count = False
     ordering = ("-id",)
+    SEARCH_MATCHES = 500
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[ChatMessage], search_term: str
+    ) -> tuple[QuerySet[ChatMessage], bool]:
+        """The admin's own search is `content ILIKE '%term%'`-like through UPPER() on
+        PostgreSQL and a full scan on SQLite; the trigram index answers the same question."""
+        if not search_term.strip():
+            return queryset, False
+        try:
+            term = search_query_clean(search_term)
+            with search_deadline():
+                found = message_ids_search(
+                    scope=Scope(owner_id=None), query=term, limit=self.SEARCH_MATCHES
+                )
+        except (InvalidInput, SearchTimeout) as exc:
+            messages.warning(request, str(exc))
+            return queryset.none(), False
+        return queryset.filter(id__in=found.ids), False
 
     @admin.display(description="content")
     def short_content(self, obj: ChatMessage) -> str:

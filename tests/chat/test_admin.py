@@ -1,6 +1,7 @@
 import pytest
 from django.urls import reverse
 
+from chat.models import ChatMessage
 from tests.factories import (
     AgentFactory,
     ChatSessionFactory,
@@ -95,3 +96,14 @@ def test_admin_actions_recompact_and_reset(client, fake_llm, settings):
         .order_by("id")
         .values_list("outcome", "trigger")
     ) == [("committed", "admin"), ("reset", "admin")]
+
+
+def test_message_search_uses_the_index_and_finds_chinese(admin_client, data):
+    _, session, _, _ = data
+    hit = ChatMessage.objects.create(session=session, role="user", content="部署到生产环境的步骤")
+    url = reverse("admin:chat_chatmessage_changelist")
+    page = admin_client.get(url, {"q": "生产环境"}).content.decode()
+    assert f"/{hit.pk}/change/" in page
+    assert "question" not in admin_client.get(url, {"q": "生产环境"}).content.decode()
+    refused = admin_client.get(url, {"q": "x" * 300})
+    assert refused.status_code == 200 and "at most 200 characters" in refused.content.decode()
