@@ -168,14 +168,18 @@ def excerpts_render(excerpts: list[Excerpt]) -> str:
     )
 
 
-def _log(*, source: str, session_id: int, excerpts: list[Excerpt]) -> None:
+def _recall_timed(*, source: str, **search: Any) -> list[Excerpt]:
+    """`recall_search` under the recall deadline, logged. Raises what the search raises."""
+    with search_deadline(RECALL_SECONDS):
+        excerpts = recall_search(**search)
     logger.info(
         "chat_context_recall source=%s session=%s hits=%d runes=%d",
         source,
-        session_id,
+        search["session_id"],
         len(excerpts),
         sum(len(e.text) for e in excerpts),
     )
+    return excerpts
 
 
 # --- the history_search tool -------------------------------------------------------------
@@ -203,18 +207,17 @@ def _history_search(context: ToolContext, arguments: dict[str, Any]) -> str:
             "already in your context."
         )
     try:
-        with search_deadline(RECALL_SECONDS):
-            excerpts = recall_search(
-                session_id=context.session_id,
-                owner_id=context.user_id,
-                below_id=anchor,
-                text=query,
-                max_messages=limit,
-                max_runes=settings.HISTORY_SEARCH_MAX_RUNES,
-            )
+        excerpts = _recall_timed(
+            source="tool",
+            session_id=context.session_id,
+            owner_id=context.user_id,
+            below_id=anchor,
+            text=query,
+            max_messages=limit,
+            max_runes=settings.HISTORY_SEARCH_MAX_RUNES,
+        )
     except Exception as exc:  # a timeout or a database error is the model's to read
         raise ToolError(f"the search failed ({type(exc).__name__}); try other words") from exc
-    _log(source="tool", session_id=context.session_id, excerpts=excerpts)
     if not excerpts:
         return "No earlier message matches; try other words, or fewer of them."
     return f"Found {len(excerpts)} earlier message(s), verbatim:\n\n" + excerpts_render(excerpts)
@@ -282,19 +285,18 @@ def recall_prompt_part(*, session: ChatSession) -> PromptPart | None:
 
 def _recall_text(*, session: ChatSession, anchor: int, query: str) -> str:
     try:
-        with search_deadline(RECALL_SECONDS):
-            excerpts = recall_search(
-                session_id=session.pk,
-                owner_id=session.owner_id,
-                below_id=anchor,
-                text=query,
-                max_messages=MESSAGES_MAX,
-                max_runes=settings.CHAT_CONTEXT_RECALL_MAX_RUNES,
-            )
+        excerpts = _recall_timed(
+            source="auto",
+            session_id=session.pk,
+            owner_id=session.owner_id,
+            below_id=anchor,
+            text=query,
+            max_messages=MESSAGES_MAX,
+            max_runes=settings.CHAT_CONTEXT_RECALL_MAX_RUNES,
+        )
     except Exception:
         logger.warning("chat_context_recall_failed session=%s", session.pk, exc_info=True)
         return ""
-    _log(source="auto", session_id=session.pk, excerpts=excerpts)
     if not excerpts:
         return ""
     return f"{RECALL_HEADING}\n\n{excerpts_render(excerpts)}"
