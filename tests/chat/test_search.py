@@ -181,6 +181,19 @@ def test_a_reply_still_streaming_is_found_once_it_finishes(owner, path):
     assert message_ids_search(scope=scope, query="zeppelin", limit=5).ids == [reply.pk]
 
 
+def test_truncating_removes_the_cut_messages_hits(api, owner, path):
+    session = ChatSessionFactory(owner=owner)
+    kept = _say(session, "plan A: rollout on monday")
+    cut = _say(session, "plan B: rollout on friday", role=MessageRole.ASSISTANT)
+    _say(session, "newest")
+    response = api.post(
+        "/api/v1/chat/truncate", {"session_id": session.pk, "message_id": cut.pk}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    assert _ids(api.get(URL, {"q": "rollout"})) == [kept.pk]
+    assert _ids(api.get(URL, {"q": "newest"})) == []
+
+
 def test_deleting_a_session_removes_its_hits(api, owner, path):
     session = ChatSessionFactory(owner=owner)
     _say(session, "orphaned needle")
