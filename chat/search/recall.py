@@ -30,7 +30,9 @@ from typing import Any
 
 from django.conf import settings
 
+from chat.context.prompt import context_config_for, session_model
 from chat.hooks import PromptPart, system_prompt_hooks
+from chat.llm.window import window_learned
 from chat.models import Agent, ChatMessage, ChatSession
 from chat.search.backends import Scope
 from chat.search.selectors import (
@@ -251,6 +253,9 @@ HISTORY_SEARCH = tool_register(
 
 # --- automatic recall --------------------------------------------------------------------
 
+# Below this (heading included), excerpts would be too short to be worth it: no recall.
+MIN_RECALL_RUNES = 300
+
 RECALL_HEADING = (
     "Earlier messages of this conversation that match the user's new message (verbatim; "
     "they are older than the summary's end):"
@@ -270,6 +275,9 @@ def recall_prompt_part(*, session: ChatSession) -> PromptPart | None:
     anchor = session.verbatim_since_message_id
     if not settings.CHAT_CONTEXT_RECALL or anchor is None or _model_can_search(session.agent):
         return None
+    cap = recall_cap(session=session)
+    if cap < MIN_RECALL_RUNES:
+        return None
     rendered: dict[str, str] = {}
 
     def render(query: str) -> str:
@@ -277,13 +285,26 @@ def recall_prompt_part(*, session: ChatSession) -> PromptPart | None:
             return ""  # the budget between sends: no message, nothing recalled
         if query not in rendered:
             rendered.clear()
-            rendered[query] = _recall_text(session=session, anchor=anchor, query=query)
+            rendered[query] = _recall_text(session=session, anchor=anchor, query=query, cap=cap)
         return rendered[query]
 
     return render
 
 
-def _recall_text(*, session: ChatSession, anchor: int, query: str) -> str:
+def recall_cap(*, session: ChatSession) -> int:
+    """The runes automatic recall may add: CHAT_CONTEXT_RECALL_MAX_RUNES, but never more than a
+    tenth of the session's input limit, nor of the model's window where it is known (counted at
+    two tokens a character, Chinese's worst case). Recall is an extra: it must not push verbatim
+    turns out of the payload, nor a prompt past a small model's window."""
+    cfg = context_config_for(session=session)
+    cap = min(settings.CHAT_CONTEXT_RECALL_MAX_RUNES, cfg.effective_hard_limit_runes // 10)
+    window = cfg.window_tokens or window_learned(model=session_model(session=session))
+    if window:
+        cap = min(cap, window // 20)
+    return cap
+
+
+def _recall_text(*, session: ChatSession, anchor: int, query: str, cap: int) -> str:
     try:
         excerpts = _recall_timed(
             source="auto",
@@ -292,7 +313,7 @@ def _recall_text(*, session: ChatSession, anchor: int, query: str) -> str:
             below_id=anchor,
             text=query,
             max_messages=MESSAGES_MAX,
-            max_runes=settings.CHAT_CONTEXT_RECALL_MAX_RUNES,
+            max_runes=cap - len(RECALL_HEADING) - 2,
         )
     except Exception:
         logger.warning("chat_context_recall_failed session=%s", session.pk, exc_info=True)

@@ -84,9 +84,24 @@ def test_automatic_recall_brings_the_dropped_fact_back(api, owner, fake_llm, set
     assert recall.RECALL_HEADING in system and f"[message {planted} · user" in system
     line = next(r.message for r in caplog.records if "chat_context_recall" in r.message)
     assert "source=auto" in line and "hits=" in line and "runes=" in line
-    # Under its own cap, whatever matched.
-    section = system[system.index(recall.RECALL_HEADING) :]
-    assert len(section) <= settings.CHAT_CONTEXT_RECALL_MAX_RUNES + len(recall.RECALL_HEADING) + 50
+    # Under its own cap, whatever matched: here a tenth of the session's 4,000-rune budget.
+    section = system[system.index(recall.RECALL_HEADING) : system.index(FORGETFUL_SUMMARY)]
+    assert recall.recall_cap(session=session) == 400
+    assert len(section) <= 400
+
+
+def test_automatic_recall_never_takes_much_of_a_small_window(owner, fake_llm, settings):
+    settings.CHAT_CONTEXT_RECALL = True
+    session, _ = _archived(owner, fake_llm)
+    settings.CHAT_CONTEXT_RECALL_MAX_RUNES = 250
+    assert recall.recall_prompt_part(session=session) is None  # too small to be worth it
+    settings.CHAT_CONTEXT_RECALL_MAX_RUNES = 1500
+    settings.CHAT_CONTEXT = SMALL.with_overrides({"window_tokens": 4096}, source="test")
+    assert recall.recall_cap(session=session) == 204  # 4096 // 20: two tokens a character
+    assert recall.recall_prompt_part(session=session) is None
+    settings.CHAT_CONTEXT = SMALL.with_overrides({"window_tokens": 32768}, source="test")
+    assert recall.recall_cap(session=session) == 400  # the budget's tenth binds again
+    assert recall.recall_prompt_part(session=session) is not None
 
 
 def test_automatic_recall_is_counted_in_the_sends_payload(owner, fake_llm, settings):
