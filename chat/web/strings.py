@@ -79,6 +79,14 @@ def js_strings() -> dict[str, str]:
         "memory_empty": _("No long-term memories yet."),
         "no_agent": _("No agent"),
         "error_prefix": _("Error:"),
+        # Message search (static/chat/search.js).
+        "search_searching": _("Searching…"),
+        "search_none": _("No messages found."),
+        "search_none_yet": _("No matches in the messages searched so far."),
+        "search_throttled": _("Too many searches; wait a moment and type again."),
+        "search_throttled_in": _("Too many searches; try again in %(seconds)s s."),
+        "search_timeout": _("The search took too long; try a longer or more specific query."),
+        "search_hit_gone": _("That message could not be shown; it may have been deleted."),
         # The agents page (static/chat/agents.js).
         "my_agents": _("My agents"),
         "new_agent": _("New agent"),

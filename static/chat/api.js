@@ -6,11 +6,13 @@ function csrfToken() {
 }
 
 export class ApiError extends Error {
-  constructor(status, code, message, body) {
+  // `retryAfter`: seconds from a 429's Retry-After header, else null.
+  constructor(status, code, message, body, retryAfter = null) {
     super(message || code || `HTTP ${status}`);
     this.status = status;
     this.code = code;
     this.body = body;
+    this.retryAfter = retryAfter;
   }
 }
 
@@ -35,7 +37,8 @@ async function request(method, path, { query, body, signal, headers } = {}) {
   }
   if (!response.ok) {
     const err = (data && data.error) || {};
-    throw new ApiError(response.status, err.code, err.message, data);
+    const retryAfter = Number.parseInt(response.headers.get("Retry-After") || "", 10);
+    throw new ApiError(response.status, err.code, err.message, data, Number.isNaN(retryAfter) ? null : retryAfter);
   }
   return data;
 }
@@ -48,6 +51,8 @@ export const api = {
   deleteSession: (id) => request("DELETE", `/api/v1/chat/sessions/${id}`),
   history: (sessionId, params) =>
     request("GET", "/api/v1/chat/history", { query: { session_id: sessionId, render: "html", ...params } }),
+  // Message search, newest first; `before`: the previous page's `next_cursor`.
+  search: (params, signal) => request("GET", "/api/v1/chat/search", { query: params, signal }),
   turns: (sessionId, cursor) =>
     request("GET", "/api/v1/chat/history/turns", { query: { session_id: sessionId, cursor, limit: 200 } }),
   // JSON: answers once the reply is finished; the socket carries its events meanwhile.

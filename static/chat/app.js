@@ -1,13 +1,23 @@
 // The chat page's entry point: wires the modules together. Each owns its state: sessions.js
-// the sidebar, messages.js the message window, stream.js the transports and the live reply,
-// panels.js the turn navigator and the memory panel. What one needs of another is passed in
-// here, and the page's data comes from the config block (dom.js), /api/v1 and /ws/chat/.
+// the sidebar, search.js the message search, messages.js the message window, stream.js the
+// transports and the live reply, panels.js the turn navigator and the memory panel. What one
+// needs of another is passed in here, and the page's data comes from the config block
+// (dom.js), /api/v1 and /ws/chat/.
 
 import { api } from "./api.js";
 import { $, config, errorNotice, notice, numberFormat, t } from "./dom.js";
 import { MessageView } from "./messages.js";
-import { compactionNotice, setupHistory, setupMemory, setupNarrowLayout, setupTurns } from "./panels.js";
+import {
+  closeSidebar,
+  compactionNotice,
+  openSidebar,
+  setupHistory,
+  setupMemory,
+  setupNarrowLayout,
+  setupTurns,
+} from "./panels.js";
 import { updateRing } from "./ring.js";
+import { setupSearch } from "./search.js";
 import { setupAgentPicker, setupSidebar } from "./sessions.js";
 import { Stream } from "./stream.js";
 
@@ -84,6 +94,24 @@ function exposeTestHook(view, stream) {
   });
 }
 
+// `/chat/<id>/?m=<message id>`: open the chat around that message (a search hit opened from
+// another chat, or a link to one).
+function linkedMessage() {
+  const id = Number(new URLSearchParams(window.location.search).get("m"));
+  return Number.isSafeInteger(id) && id > 0 ? id : null;
+}
+
+// Set once the open chat's window is on screen: shows one of its messages in place.
+let jumpHere = null;
+
+// A search hit: in the open chat, the window moves to it; another chat opens around it.
+function openHit(hit) {
+  if (jumpHere && config.session && hit.session_id === config.session.id) {
+    closeSidebar();
+    jumpHere(hit.message_id);
+  } else window.location.assign(`/chat/${hit.session_id}/?m=${hit.message_id}`);
+}
+
 async function setupChat(session) {
   const canRemember = Boolean(session.agent_id && config.features.agents);
   // The composer follows the window: Send waits while a reply in it is streaming.
@@ -129,7 +157,15 @@ async function setupChat(session) {
   });
   setupCompactNow(session.id, history);
   stream.attachComposer();
-  await view.openNewest();
+  // A message that cannot be shown (an edit deleted it): the chat opens at its newest.
+  const gone = () => {
+    notice(t("search_hit_gone"), { level: "error" });
+    return false;
+  };
+  const linked = linkedMessage();
+  const opened = linked !== null && (await view.jumpTo(linked).then(() => true, gone));
+  if (!opened) await view.openNewest();
+  jumpHere = (id) => view.jumpTo(id).catch(gone);
   markFirstRender();
   stream.connect();
   $("composer-input").focus();
@@ -137,6 +173,12 @@ async function setupChat(session) {
 
 setupNarrowLayout();
 setupSidebar({ current: config.session });
+setupSearch({
+  onOpen: openHit,
+  onFocus: () => {
+    if (window.matchMedia("(max-width: 900px)").matches) openSidebar();
+  },
+});
 if (config.features.agents) setupAgentPicker();
 if (config.session) setupChat(config.session).catch(() => notice(t("load_error"), { level: "error" }));
 else markFirstRender();

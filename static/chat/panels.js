@@ -15,23 +15,27 @@ function togglePanel(id, force) {
   return show;
 }
 
+// At phone width the sidebar slides over the chat (wider, these change nothing visible).
+export function openSidebar() {
+  $("layout").classList.add("sidebar-open");
+  $("scrim").hidden = false;
+}
+
+export function closeSidebar() {
+  $("layout").classList.remove("sidebar-open");
+  $("scrim").hidden = true;
+}
+
 export function setupNarrowLayout() {
-  const layout = $("layout");
-  const scrim = $("scrim");
-  const close = () => {
-    layout.classList.remove("sidebar-open");
-    scrim.hidden = true;
-  };
   $("open-sidebar")?.addEventListener("click", () => {
-    layout.classList.add("sidebar-open");
-    scrim.hidden = false;
+    openSidebar();
     $("new-chat").focus();
   });
-  $("close-sidebar")?.addEventListener("click", close);
-  scrim.addEventListener("click", close);
+  $("close-sidebar")?.addEventListener("click", closeSidebar);
+  $("scrim").addEventListener("click", closeSidebar);
   document.addEventListener("keydown", (e) => {
     if (e.key !== "Escape") return;
-    close();
+    closeSidebar();
     for (const id of Object.keys(PANELS)) if ($(id) && !$(id).hidden) togglePanel(id, false);
   });
 }

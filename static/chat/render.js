@@ -6,7 +6,7 @@ import { el, t, timeElement } from "./dom.js";
 // Tool output can be huge; the page shows a bounded preview (the model got it in full).
 const TOOL_PREVIEW_CHARS = 4000;
 
-function roleLabel(role) {
+export function roleLabel(role) {
   return { user: t("you"), assistant: t("assistant"), tool: t("tool"), system: t("system") }[role] || role;
 }
 
