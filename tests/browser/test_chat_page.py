@@ -242,9 +242,11 @@ def test_sessions_sidebar_rename_and_delete(page: Any, app: LiveApp, user: Any) 
     for i in range(25):  # more than one sidebar page (20)
         ChatSession.objects.create(owner=user, title=f"Filler {i}")
     login(page, app, user, next_path=f"/chat/{doomed.pk}/")
-    page.wait_for_selector(f'.session.active[data-session-id="{doomed.pk}"]')
+    # The open chat is on the list's second page (25 chats are newer): scrolling down loads it.
+    page.wait_for_selector(".session")
     page.evaluate("(b => b.scrollTop = b.scrollHeight)(document.getElementById('session-scroll'))")
     page.wait_for_selector(f'.session[data-session-id="{older.pk}"]')
+    page.wait_for_selector(f'.session.active[data-session-id="{doomed.pk}"]')
     assert page.locator(".session").count() == 27
 
     page.once("dialog", lambda d: d.accept("Renamed chat"))

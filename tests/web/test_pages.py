@@ -86,6 +86,28 @@ def test_simplified_chinese_from_the_browser(web: Client, owner) -> None:
     assert ">Send<" in english
 
 
+def test_search_box_and_its_strings(web: Client, owner) -> None:
+    """The sidebar's search box (static/chat/search.js) on both pages, in both languages."""
+    empty = web.get("/").content.decode()
+    session = ChatSession.objects.create(owner=owner)
+    english = web.get(f"/chat/{session.pk}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    for html in (empty, english):
+        assert '<label for="search-input"' in html and 'id="search-input"' in html
+        assert 'id="search-list" role="listbox"' in html and 'id="search-more"' in html
+    assert 'placeholder="Search messages"' in english and ">More results<" in english
+    assert _page_config(english)["strings"]["search_none"] == "No messages found."
+    chinese = web.get(f"/chat/{session.pk}/", HTTP_ACCEPT_LANGUAGE="zh-CN").content.decode()
+    assert 'placeholder="搜索消息"' in chinese and ">更多结果<" in chinese
+    strings = _page_config(chinese)["strings"]
+    assert strings["search_none"] == "没有找到消息。"
+    assert strings["search_throttled_in"] == "搜索过于频繁，请在 %(seconds)s 秒后重试。"
+    # Every search string is translated.
+    search_keys = [key for key in strings if key.startswith("search_")]
+    english_strings = _page_config(english)["strings"]
+    assert len(search_keys) >= 7
+    assert all(strings[key] != english_strings[key] for key in search_keys)
+
+
 class _Tags(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
