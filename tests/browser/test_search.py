@@ -96,6 +96,7 @@ def test_type_see_marked_results_and_open_a_hit_in_another_long_chat(
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(rf"/chat/{long_chat.pk}/\?m={long_ids[40]}$"))
     _assert_hit_shown(page, long_ids[40], long_ids[-1])
+    page.wait_for_timeout(700)  # the highlight's fade-in
     screenshot(page, "search-open")
     assert page.get_attribute(f"#m-{long_ids[40]}", "data-role") == "user"
     # The same results are still in the sidebar, the opened one marked.
