@@ -13,8 +13,7 @@ from django.http import HttpRequest
 from chat.context import context_budget_for, context_reset, with_context_runes
 from chat.errors import ChatError, InvalidInput, SearchTimeout
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
-from chat.search.backends import Scope
-from chat.search.selectors import message_ids_search, search_deadline, search_query_clean
+from chat.search.selectors import message_ids_search_admin
 from chat.services.agents import agent_config_validate
 from chat.services.compaction import session_compact
 from chat.workers import background_submit
@@ -161,8 +160,9 @@ class ChatMessageAdmin(admin.ModelAdmin):
     # Searched through the message search index (get_search_results), not `icontains`.
     search_fields = ("content",)
     search_help_text = (
-        "Case-insensitive text in the content, every user's messages; the newest "
-        "500 matches (not replies still streaming)."
+        "Case-insensitive text in the content of every user's messages: the newest 500 "
+        "matches (not replies still streaming), which the filters then narrow. Text without "
+        "three letters or digits in a row searches the newest 5,000 messages only."
     )
     raw_id_fields = ("session",)
     # Exact COUNT(*) of a million rows on every page load is the admin's usual slow path.
@@ -178,15 +178,11 @@ class ChatMessageAdmin(admin.ModelAdmin):
         if not search_term.strip():
             return queryset, False
         try:
-            term = search_query_clean(search_term)
-            with search_deadline():
-                found = message_ids_search(
-                    scope=Scope(owner_id=None), query=term, limit=self.SEARCH_MATCHES
-                )
+            found = message_ids_search_admin(query=search_term, limit=self.SEARCH_MATCHES)
         except (InvalidInput, SearchTimeout) as exc:
             messages.warning(request, str(exc))
             return queryset.none(), False
-        return queryset.filter(id__in=found.ids), False
+        return queryset.filter(id__in=found), False
 
     @admin.display(description="content")
     def short_content(self, obj: ChatMessage) -> str:

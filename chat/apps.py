@@ -7,10 +7,14 @@ class ChatConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # A logout, a password change or a deactivation closes the user's sockets.
-        from chat.search import recall
+        from django.db.backends.signals import connection_created
+
+        from chat.search import backends, recall
         from chat.services import sockets
 
+        # SQL functions of the message search (Unicode case folding on SQLite).
+        connection_created.connect(backends.sqlite_functions_register, weak=False)
+        # A logout, a password change or a deactivation closes the user's sockets.
         sockets.connect_signals()
         # The history_search tool (registered on import) and automatic recall's prompt part.
         recall.register()

@@ -12,9 +12,9 @@ frequency of the searched text:
   finds the matches of a rarer term without reading the rows that do not contain it. A term that
   did not fill the page inside the window is, by construction, not dense below it either.
 
-Queries shorter than three characters (two-character Chinese words among them) have no trigram
-to look up, so they only ever use the window scan, one window per request; the page's cursor
-continues the walk (docs/search.md).
+Queries without three letters or digits in a row (two-character Chinese words, "C#", "---")
+have no trigram to look up, so they only ever use the window scan, one window per request; the
+page's cursor continues the walk (docs/search.md).
 
 Everything here is raw SQL over `chat_messages` on purpose: Django's `icontains` on PostgreSQL is
 `UPPER(content) LIKE UPPER(...)`, which the trigram index on `content` cannot serve.
@@ -22,20 +22,41 @@ Everything here is raw SQL over `chat_messages` on purpose: Django's `icontains`
 
 from __future__ import annotations
 
+import re
+from contextvars import ContextVar
 from dataclasses import dataclass
+from time import monotonic
 from typing import Any
 
 from django.db import connection
 
-# Trigrams: the indexes cannot look up anything shorter.
-MIN_INDEXED_QUERY = 3
+from chat.errors import SearchTimeout
+
+# pg_trgm takes its trigrams from runs of letters and digits only: "---" or "a-b" give it
+# nothing to look up, and the "index" search would read every row of the table.
+_TRIGRAM_RUN = re.compile(r"[^\W_]{3}")
+# When the search running on this thread must stop (time.monotonic()), set by
+# selectors.search_deadline; every statement here gets only what is left of it.
+DEADLINE: ContextVar[float | None] = ContextVar("search_deadline", default=None)
+TIMEOUT_MESSAGE = "The search took too long. Search one chat, or use more characters."
+# PostgreSQL: the statement_timeout (seconds) in force in this search's transaction. A statement
+# may start without setting it again while that cannot overrun the deadline by more than
+# TIMEOUT_SLACK: a search of a few quick statements then costs no extra round trips.
+PG_TIMEOUT: ContextVar[float | None] = ContextVar("search_pg_timeout", default=None)
+TIMEOUT_SLACK = 0.25
+
+
+def indexable(query: str) -> bool:
+    """Whether the trigram index can find `query`: three letters or digits in a row."""
+    return _TRIGRAM_RUN.search(query) is not None
 
 
 @dataclass(frozen=True, slots=True)
 class Scope:
     """Whose messages a search may return. `owner_id` None is every user's (the Django admin
-    only); `session_id` narrows to one session; `below_id` is the paging position (only ids
-    under it); `role` None is every role but `system`."""
+    only); `session_id` narrows to one session (of that owner: both are in the SQL, so a caller
+    that forgot the ownership check still finds nothing of another user's); `below_id` is the
+    paging position (only ids under it); `role` None is every role but `system`."""
 
     owner_id: int | None
     session_id: int | None = None
@@ -59,8 +80,10 @@ def _scope_sql(scope: Scope) -> tuple[str, list[Any]]:
     if scope.session_id is not None:
         clauses.append("m.session_id = %s")
         params.append(scope.session_id)
-    elif scope.owner_id is not None:
-        clauses.append("m.session_id IN (SELECT s.id FROM chat_sessions s WHERE s.owner_id = %s)")
+    if scope.owner_id is not None:
+        # The owner's id copied onto each message (chat/migrations/0007), on chat_msg_owner_id_idx:
+        # `session_id IN (their sessions)` walked every other user's newer messages.
+        clauses.append("m.owner_id = %s")
         params.append(scope.owner_id)
     if scope.role is not None:
         clauses.append("m.role = %s")
@@ -74,7 +97,21 @@ def _scope_sql(scope: Scope) -> tuple[str, list[Any]]:
 
 
 def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    deadline = DEADLINE.get()
     with connection.cursor() as cursor:
+        if deadline is not None:
+            left = deadline - monotonic()
+            if left <= 0:
+                raise SearchTimeout(TIMEOUT_MESSAGE)
+            in_force = PG_TIMEOUT.get()
+            if connection.vendor == "postgresql" and (
+                in_force is None or in_force - left > TIMEOUT_SLACK
+            ):
+                # statement_timeout bounds one statement: each gets what is left of the search's
+                # time, so a search of several statements stays within it as a whole. A literal:
+                # SET takes no bind parameters (an int, nothing to quote).
+                cursor.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
+                PG_TIMEOUT.set(left)
         cursor.execute(sql, params)
         return list(cursor.fetchall())
 
@@ -110,8 +147,8 @@ def window_hits(*, scope: Scope, query: str, lowest_id: int, limit: int) -> list
 def index_hits(*, scope: Scope, query: str, limit: int) -> list[int]:
     """Ids of the scope's messages that contain `query` (3+ characters), newest first, found
     through the trigram index."""
-    if len(query) < MIN_INDEXED_QUERY:
-        raise ValueError("the trigram index cannot look up fewer than 3 characters")
+    if not indexable(query):
+        raise ValueError("the trigram index has nothing to look up in this query")
     where, params = _scope_sql(scope)
     if connection.vendor == "sqlite":
         # CROSS JOIN makes the FTS table the outer loop (SQLite keeps the order as written):
@@ -144,8 +181,26 @@ def _contains_sql(query: str) -> tuple[str, list[Any]]:
     if connection.vendor == "postgresql":
         # ILIKE, not UPPER() LIKE: pg_trgm's GIN operator class serves ILIKE on the column.
         return "m.content ILIKE %s ESCAPE '\\'", [f"%{_like_escape(query)}%"]
-    # instr() has no wildcards to escape. lower() folds ASCII only, as SQLite's LIKE does.
+    # instr() has no wildcards to escape. SQLite's lower() folds ASCII only, where FTS5 folds
+    # all of Unicode: a query with a non-ASCII letter that has case ("Ärger", "Код") is
+    # compared through Python's casefold, registered on the connection, so the window scan
+    # finds what the index would. Only then: a Python call per row costs.
+    if any(ord(c) > 127 and c.lower() != c.upper() for c in query):
+        return f"instr({_FOLD}(m.content), {_FOLD}(%s)) > 0", [query]
     return "instr(lower(m.content), lower(%s)) > 0", [query]
+
+
+_FOLD = "cadau_casefold"
+
+
+def _casefold(value: Any) -> Any:
+    return value.casefold() if isinstance(value, str) else value
+
+
+def sqlite_functions_register(*, sender: Any, connection: Any, **kwargs: Any) -> None:
+    """connection_created receiver (ChatConfig.ready): the SQL functions the search uses."""
+    if connection.vendor == "sqlite":
+        connection.connection.create_function(_FOLD, 1, _casefold, deterministic=True)
 
 
 def _like_escape(text: str) -> str:

@@ -11,13 +11,14 @@ from time import monotonic
 from typing import Any, Literal
 
 from django.db import OperationalError, connection, transaction
+from django.db.models.functions import Length, Substr
 
 from chat.cursors import decode_search_cursor, encode_search_cursor
 from chat.errors import InvalidInput, SearchTimeout
 from chat.models import ChatMessage, ChatSession, MessageRole
 from chat.search import backends
-from chat.search.backends import MIN_INDEXED_QUERY, Scope
-from chat.search.snippets import snippet_for
+from chat.search.backends import Scope
+from chat.search.snippets import query_pattern, snippet_for
 
 QUERY_MAX_CHARS = 200
 LIMIT_DEFAULT = 20
@@ -69,13 +70,12 @@ def search_query_clean(query: Any) -> str:
 
 def message_ids_search(*, scope: Scope, query: str, limit: int) -> IdsResult:
     """Ids of the scope's messages containing `query` (case-insensitive), newest first."""
-    short = len(query) < MIN_INDEXED_QUERY
-    window = backends.window_bounds(
-        scope=scope, rows=SHORT_QUERY_WINDOW_ROWS if short else WINDOW_ROWS
-    )
-    if window is None:
-        return IdsResult(ids=[], next_below=None, mode="scan" if short else "index")
+    short = not backends.indexable(query)
+    mode: Mode = "scan" if short else "index"
     asked = SHORT_QUERY_WINDOW_ROWS if short else WINDOW_ROWS
+    window = backends.window_bounds(scope=scope, rows=asked)
+    if window is None:
+        return IdsResult(ids=[], next_below=None, mode=mode)
     ids = backends.window_hits(
         scope=scope, query=query, lowest_id=window.lowest_id, limit=limit + 1
     )
@@ -83,7 +83,7 @@ def message_ids_search(*, scope: Scope, query: str, limit: int) -> IdsResult:
     if len(ids) <= limit and not scope_ends_in_window:
         if short:
             # No index to ask: the page ends where the window does, and the cursor goes on.
-            return IdsResult(ids=ids, next_below=window.lowest_id, mode="scan")
+            return IdsResult(ids=ids, next_below=window.lowest_id, mode=mode)
         below = Scope(
             owner_id=scope.owner_id,
             session_id=scope.session_id,
@@ -91,10 +91,17 @@ def message_ids_search(*, scope: Scope, query: str, limit: int) -> IdsResult:
             below_id=window.lowest_id,
         )
         ids += backends.index_hits(scope=below, query=query, limit=limit + 1 - len(ids))
-    mode: Mode = "scan" if short else "index"
     if len(ids) > limit:
         return IdsResult(ids=ids[:limit], next_below=ids[limit - 1], mode=mode)
     return IdsResult(ids=ids, next_below=None, mode=mode)
+
+
+def message_ids_search_admin(*, query: str, limit: int) -> list[int]:
+    """The admin's message search: every user's messages containing `query`, newest first, at
+    most `limit`, under the search deadline. Raises InvalidInput, SearchTimeout."""
+    text = search_query_clean(query)
+    with search_deadline():
+        return message_ids_search(scope=Scope(owner_id=None), query=text, limit=limit).ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,15 +162,10 @@ def message_search(
     scope = Scope(owner_id=user.pk, session_id=session_id, role=role, below_id=below)
     with search_deadline():
         result = message_ids_search(scope=scope, query=text, limit=limit)
-        rows = list(
-            ChatMessage.objects.filter(id__in=result.ids).values_list(
-                "id", "session_id", "session__title", "role", "created_at", "content"
-            )
-        )
-    by_id = {row[0]: row for row in rows}
+        rows = _hit_rows(ids=result.ids, query=text)
     hits = []
     for message_id in result.ids:
-        row = by_id.get(message_id)
+        row = rows.get(message_id)
         if row is None:  # deleted (truncated) between the two reads
             continue
         _, sid, title, got_role, created_at, content = row
@@ -191,34 +193,87 @@ def message_search(
     return SearchPage(hits=hits, next_cursor=next_cursor, mode=result.mode)
 
 
+# What a hit's row brings of its content: enough for a snippet around a match near the start,
+# not the 200,000 characters a pasted log may hold (a page is up to 50 hits).
+HIT_CONTENT_READ = 20_000
+
+
+def _hit_rows(*, ids: list[int], query: str) -> dict[int, tuple[Any, ...]]:
+    rows = {
+        row[0]: row
+        for row in ChatMessage.objects.filter(id__in=ids)
+        .annotate(head=Substr("content", 1, HIT_CONTENT_READ), length=Length("content"))
+        .values_list("id", "session_id", "session__title", "role", "created_at", "head", "length")
+    }
+    pattern = query_pattern(query)
+    # The few whose match lies beyond the prefix: read whole, so the snippet shows the match.
+    far = [
+        mid for mid, row in rows.items() if row[6] > HIT_CONTENT_READ and not pattern.search(row[5])
+    ]
+    if far:
+        whole = dict(ChatMessage.objects.filter(id__in=far).values_list("id", "content"))
+        for mid in far:
+            if mid in whole:
+                rows[mid] = (*rows[mid][:5], whole[mid], rows[mid][6])
+    return {mid: row[:6] for mid, row in rows.items()}
+
+
 @contextmanager
 def search_deadline(seconds: float | None = None) -> Iterator[None]:
-    """Stop the statements inside after `seconds`, as SearchTimeout. PostgreSQL: a
-    transaction-local statement_timeout; SQLite: a progress handler that interrupts the
-    statement once the time is up. Default: TIMEOUT_SECONDS."""
+    """Stop the search inside after `seconds` in all (default TIMEOUT_SECONDS), as
+    SearchTimeout: every statement of it gets what is left of the time (backends.DEADLINE;
+    PostgreSQL: a transaction-local statement_timeout per statement, then the caller's own
+    limit back), and SQLite's progress handler interrupts a statement once the time is up.
+    SQLite's bound is soft: FTS5 merges a term's posting lists inside one step, where the
+    handler is not called (tens of milliseconds on a large index)."""
     seconds = TIMEOUT_SECONDS if seconds is None else seconds
-    if connection.vendor == "postgresql":
-        try:
-            with transaction.atomic():
-                with connection.cursor() as cursor:
-                    # A literal: SET takes no bind parameters. An int, so nothing to quote.
-                    cursor.execute(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
+    token = backends.DEADLINE.set(monotonic() + seconds)
+    try:
+        if connection.vendor == "postgresql":
+            with _postgres_deadline():
                 yield
-                # Inside a caller's transaction (a savepoint here) SET LOCAL would outlive
-                # this block; put the server's own limit back.
-                with connection.cursor() as cursor:
-                    cursor.execute("SET LOCAL statement_timeout = DEFAULT")
-        except OperationalError as exc:
-            if "statement timeout" in str(exc) or "canceling statement" in str(exc):
-                raise SearchTimeout(_TIMEOUT_MESSAGE) from exc
-            raise
-        return
-    if connection.vendor != "sqlite":  # pragma: no cover - the two supported databases
-        yield
-        return
+        elif connection.vendor == "sqlite":
+            with _sqlite_deadline():
+                yield
+        else:  # pragma: no cover - the two supported databases
+            yield
+    finally:
+        backends.DEADLINE.reset(token)
+
+
+@contextmanager
+def _postgres_deadline() -> Iterator[None]:
+    deadline = backends.DEADLINE.get() or monotonic()
+    seconds = max(0.001, deadline - monotonic())
+    token = backends.PG_TIMEOUT.set(seconds)
+    try:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                # The caller's limit, to put back, and the search's own, in one round trip.
+                cursor.execute(
+                    "SELECT current_setting('statement_timeout'), "
+                    "set_config('statement_timeout', %s, true)",
+                    [str(max(1, int(seconds * 1000)))],
+                )
+                (before, _) = cursor.fetchone()
+            yield
+            # Inside a caller's transaction (a savepoint here) SET LOCAL would outlive this
+            # block: the caller's limit back, as it was.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
+    except OperationalError as exc:
+        if "statement timeout" in str(exc) or "canceling statement" in str(exc):
+            raise SearchTimeout(backends.TIMEOUT_MESSAGE) from exc
+        raise
+    finally:
+        backends.PG_TIMEOUT.reset(token)
+
+
+@contextmanager
+def _sqlite_deadline() -> Iterator[None]:
+    deadline = backends.DEADLINE.get() or monotonic()
     connection.ensure_connection()
     raw = connection.connection
-    deadline = monotonic() + seconds
     timed_out = False
 
     def check() -> int:
@@ -231,10 +286,7 @@ def search_deadline(seconds: float | None = None) -> Iterator[None]:
         yield
     except OperationalError as exc:
         if timed_out:
-            raise SearchTimeout(_TIMEOUT_MESSAGE) from exc
+            raise SearchTimeout(backends.TIMEOUT_MESSAGE) from exc
         raise
     finally:
         raw.set_progress_handler(None, 0)
-
-
-_TIMEOUT_MESSAGE = "The search took too long. Search one chat, or use more characters."

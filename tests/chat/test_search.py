@@ -264,8 +264,8 @@ def test_a_page_costs_the_same_queries_whatever_it_holds(
     for i in range(30):
         _say(session, f"needle {i}")
     _say(session, "newest")
-    # Auth (token + user), throttle-free GET counting, window bounds, window hits, index hits,
-    # the rows: never one query per hit.
+    # Window bounds, window hits, index hits, the rows; on PostgreSQL also the savepoint, the
+    # time limit set and put back: never one query per hit.
     with django_assert_max_num_queries(8):
         assert len(_ids(api.get(URL, {"q": "needle", "limit": 50}))) == 30
 

@@ -1,0 +1,173 @@
+"""The search index's database objects (chat/migrations/0006, 0007) and the search's limits:
+the owner column every insert path fills, Unicode case on both halves of a search, queries with
+nothing to index, the FTS5 table's own consistency checks, and the time limit of a whole search."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db import connection, transaction
+
+from chat.errors import SearchTimeout
+from chat.models import ChatMessage, MessageRole, MessageStatus
+from chat.search import backends, selectors
+from chat.search.backends import Scope
+from chat.search.selectors import message_ids_search, message_search, search_deadline
+from tests.factories import ChatMessageFactory, ChatSessionFactory
+
+pytestmark = pytest.mark.django_db
+
+sqlite_only = pytest.mark.skipif("connection.vendor != 'sqlite'")
+postgres_only = pytest.mark.skipif("connection.vendor != 'postgresql'")
+
+
+@pytest.fixture(params=["scan", "index"])
+def path(request, monkeypatch):
+    if request.param == "index":
+        monkeypatch.setattr(selectors, "WINDOW_ROWS", 1)
+    return request.param
+
+
+def _owners(ids: list[int]) -> list[int | None]:
+    owners = []
+    with connection.cursor() as cursor:
+        for message_id in sorted(ids):
+            cursor.execute("SELECT owner_id FROM chat_messages WHERE id = %s", [message_id])
+            owners.append(cursor.fetchone()[0])
+    return owners
+
+
+def test_every_insert_path_fills_the_owner_column(owner):
+    session = ChatSessionFactory(owner=owner)
+    created = ChatMessageFactory(session=session)
+    bulk = ChatMessage.objects.bulk_create(
+        [ChatMessage(session=session, role=MessageRole.USER, content=f"b{i}") for i in range(3)]
+    )
+    if bulk[0].pk is None:  # a backend that does not return ids
+        bulk = list(ChatMessage.objects.filter(content__startswith="b").order_by("id"))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO chat_messages (session_id, role, content, status, tool_call_id, "
+            "metadata, created_at, updated_at) VALUES (%s, 'user', 'raw', 'complete', '', '{}', "
+            "%s, %s)",
+            [session.pk, "2026-01-01T00:00:00Z", "2026-01-01T00:00:00Z"],
+        )
+    raw = ChatMessage.objects.get(content="raw")
+    ids = [created.pk, *[m.pk for m in bulk], raw.pk]
+    assert _owners(ids) == [owner.pk] * 5
+    # A full save of an instance (the ORM does not know the column) leaves it alone.
+    created.content = "edited"
+    created.save()
+    assert _owners([created.pk]) == [owner.pk]
+
+
+def test_unicode_case_is_folded_on_both_halves_of_a_search(owner, path):
+    session = ChatSessionFactory(owner=owner)
+    german = ChatMessageFactory(session=session, content="ÄRGER mit dem Server")
+    russian = ChatMessageFactory(session=session, content="Код двери: 4471")
+    ChatMessageFactory(session=session, content="newest")
+    scope = Scope(owner_id=owner.pk)
+    assert message_ids_search(scope=scope, query="ärger", limit=5).ids == [german.pk]
+    assert message_ids_search(scope=scope, query="КОД", limit=5).ids == [russian.pk]
+
+
+@pytest.mark.parametrize("query", ["---", "a-b", "C#", "!!!", "数据"])
+def test_text_without_three_letters_in_a_row_is_a_bounded_scan(owner, query):
+    session = ChatSessionFactory(owner=owner)
+    hit = ChatMessageFactory(session=session, content=f"x {query} y")
+    result = message_ids_search(scope=Scope(owner_id=owner.pk), query=query, limit=5)
+    assert result.mode == "scan" and result.ids == [hit.pk]
+
+
+def test_the_scope_holds_the_owner_even_with_a_session(owner, outsider):
+    theirs = ChatSessionFactory(owner=outsider)
+    ChatMessageFactory(session=theirs, content="their secret")
+    # A caller that forgot session_for_user still finds nothing of another user's.
+    scope = Scope(owner_id=owner.pk, session_id=theirs.pk)
+    assert message_ids_search(scope=scope, query="secret", limit=5).ids == []
+
+
+@sqlite_only
+def test_fts5_integrity_and_rebuild_agree_with_a_streaming_reply(owner):
+    session = ChatSessionFactory(owner=owner)
+    ChatMessageFactory(session=session, content="done reply about otters")
+    streaming = ChatMessageFactory(
+        session=session, content="half a reply about wombats", status=MessageStatus.STREAMING
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO chat_message_fts(chat_message_fts) VALUES ('integrity-check')")
+        cursor.execute("INSERT INTO chat_message_fts(chat_message_fts) VALUES ('rebuild')")
+    ChatMessage.objects.filter(pk=streaming.pk).update(
+        content="a reply about capybaras", status=MessageStatus.COMPLETE
+    )
+    scope = Scope(owner_id=owner.pk)
+    monkey_window = selectors.WINDOW_ROWS
+    try:
+        selectors.WINDOW_ROWS = 1  # the index alone
+        assert message_ids_search(scope=scope, query="wombat", limit=5).ids == []
+        assert message_ids_search(scope=scope, query="capybara", limit=5).ids == [streaming.pk]
+    finally:
+        selectors.WINDOW_ROWS = monkey_window
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO chat_message_fts(chat_message_fts) VALUES ('integrity-check')")
+
+
+def test_the_time_limit_bounds_the_whole_search_not_each_statement():
+    slow = (
+        "SELECT pg_sleep(0.15)"
+        if connection.vendor == "postgresql"
+        else "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 300000) "
+        "SELECT count(*) FROM c"
+    )
+    started = time.monotonic()
+    with pytest.raises(SearchTimeout), search_deadline(0.3):
+        for _ in range(20):
+            backends._fetch(slow, [])
+    assert time.monotonic() - started < 0.3 + 2 * backends.TIMEOUT_SLACK + 0.2
+
+
+@postgres_only
+def test_the_callers_own_time_limit_is_put_back(owner):
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL statement_timeout = '30s'")
+        message_search(user=owner, query="anything")
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW statement_timeout")
+            assert cursor.fetchone()[0] == "30s"
+
+
+def test_a_match_far_into_a_long_message_still_gets_its_snippet(owner):
+    session = ChatSessionFactory(owner=owner)
+    ChatMessageFactory(session=session, content="word " * 6000 + "the needle-42 at the end")
+    hit = message_search(user=owner, query="needle-42").hits[0]
+    start, end = hit.highlights[0]
+    assert hit.snippet[start:end] == "needle-42"
+
+
+def test_the_search_objects_exist_after_the_migrations():
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute("SELECT name FROM sqlite_master WHERE name LIKE 'chat_message%'")
+            names = {row[0] for row in cursor.fetchall()}
+            assert {
+                "chat_message_fts",
+                "chat_messages_searchable",
+                "chat_message_fts_ai",
+                "chat_message_fts_ad",
+                "chat_message_fts_au",
+                "chat_message_owner_fill",
+            } <= names
+        else:
+            cursor.execute(
+                "SELECT c.relname, i.indisvalid FROM pg_index i JOIN pg_class c "
+                "ON c.oid = i.indexrelid WHERE c.relname IN "
+                "('chat_msg_content_trgm_idx', 'chat_msg_owner_id_idx')"
+            )
+            assert sorted(cursor.fetchall()) == [
+                ("chat_msg_content_trgm_idx", True),
+                ("chat_msg_owner_id_idx", True),
+            ]
+            cursor.execute("SELECT tgname FROM pg_trigger WHERE tgname = 'chat_message_owner_fill'")
+            assert cursor.fetchall() == [("chat_message_owner_fill",)]
