@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -10,7 +11,12 @@ from chat.context.commit import CompactionResult, Trigger
 from chat.context.compaction import context_compact, context_compacts_before_call
 from chat.context.prompt import SystemPrompt, context_config_for, session_model, system_text
 from chat.context.state import ContextState, TailMessage, context_state_fresh
-from chat.context.trim import MESSAGE_OVERHEAD_TOKENS, trim_to_fit, trim_to_window
+from chat.context.trim import (
+    MESSAGE_OVERHEAD_TOKENS,
+    PayloadTooLarge,
+    trim_to_fit,
+    trim_to_window,
+)
 from chat.errors import MessageTooLarge
 from chat.llm.base import Message
 from chat.llm.window import reply_reserve_tokens, tokens_estimate, window_learned
@@ -47,6 +53,20 @@ def _without_orphan_tool_results(tail: list[TailMessage]) -> list[TailMessage]:
 def context_payload_build(*, state: ContextState) -> Payload:
     """The payload of `state`, trimmed (oldest turns first) to the hard limit if it must be:
     a failed summary never fails a send. Raises PayloadTooLarge when nothing can make it fit."""
+    try:
+        return _payload_build(state=state)
+    except PayloadTooLarge:
+        plain = state.prompt.text("")
+        if plain == state.system_prompt:
+            raise
+    # The prompt's parts rendered for this message (automatic recall) leave the user's message
+    # no room: they are extras and yield, as context_check_fits, which let the message in,
+    # measured the prompt without them.
+    logger.info("chat_context_prompt_parts_yielded session=%s", state.session.pk)
+    return _payload_build(state=dataclasses.replace(state, system_prompt=plain))
+
+
+def _payload_build(*, state: ContextState) -> Payload:
     limit = state.cfg.effective_hard_limit_runes
     if state.binding == "window" and state.input_tokens:
         trimmed = trim_to_window(state=state)
@@ -98,7 +118,12 @@ def context_check_fits(*, session: ChatSession, prompt: SystemPrompt, content: s
     prompt and the summary: under the hard limit in runes, and, once the model's window is
     known, in the tokens it leaves for the prompt. Compaction could never make room for it."""
     cfg = context_config_for(session=session)
-    system = system_text(system_prompt=prompt.text(content), summary=session.context_summary)
+    # The prompt as rendered for no particular message: a part that depends on the message
+    # (automatic recall, chat/search/recall.py) is an extra that yields when the message needs
+    # the room (context_payload_build), so it must not refuse a message that fits without it.
+    # A part that is there either way (long-term memory) renders "" within the same cap, so
+    # it is measured at a comparable size.
+    system = system_text(system_prompt=prompt.text(""), summary=session.context_summary)
     needed = len(system) + len(content)
     if needed > cfg.effective_hard_limit_runes:
         raise MessageTooLarge(

@@ -11,7 +11,8 @@ import logging
 import pytest
 
 from cadau.contextconfig import ContextConfig
-from chat.context import context_compact
+from chat.context import context_check_fits, context_compact, system_prompt_load
+from chat.context.prompt import system_text
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.search import recall
 from chat.search.recall import excerpts_render, recall_search
@@ -380,3 +381,24 @@ def test_automatic_recall_searches_below_the_anchor_of_the_moment(owner, setting
     assert f"[message {between.pk} · user" in part(question)
     # Between sends (no message) it reads nothing at all.
     assert part("") == ""
+
+
+def test_enabling_recall_does_not_refuse_a_message_that_fits(api, owner, fake_llm, settings):
+    session, _ = _archived(owner, fake_llm)
+    system = system_text(
+        system_prompt=system_prompt_load(session=session).text(""),
+        summary=session.context_summary,
+    )
+    content = "door code 4471-KX? "
+    content += "z" * (SMALL.input_budget_runes - len(system) - len(content) - 5)
+    context_check_fits(session=session, prompt=system_prompt_load(session=session), content=content)
+    settings.CHAT_CONTEXT_RECALL = True
+    prompt = system_prompt_load(session=session)
+    assert len(prompt.text(content)) > len(prompt.text("")) + 100  # recall has found the fact
+    # Recall is an extra: it yields to the message, at the check and in the payload.
+    context_check_fits(session=session, prompt=prompt, content=content)
+    fake_llm.script("ok")
+    _send(api, session, content)
+    assert _reply(session) == "ok"
+    sent = fake_llm.calls[-1].body["messages"]
+    assert sent[-1]["content"] == content and recall.RECALL_HEADING not in sent[0]["content"]
