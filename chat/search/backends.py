@@ -67,6 +67,7 @@ class Scope:
 @dataclass(frozen=True, slots=True)
 class Window:
     lowest_id: int  # the oldest message the window holds
+    highest_id: int  # and the newest
     rows: int  # how many it holds; fewer than asked means the scope ends inside it
 
 
@@ -118,28 +119,57 @@ def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
 
 def window_bounds(*, scope: Scope, rows: int) -> Window | None:
     """The newest `rows` messages of the scope: where they end, and how many there are. None
-    for an empty scope. An index-ordered walk of ids only (chat_msg_session_id_idx for one
-    session, the primary key otherwise)."""
-    where, params = _scope_sql(scope)
+    for an empty scope.
+
+    Ids only, selected by the scope's key alone (the session, else the owner) and the paging
+    position: an index-only walk of chat_msg_session_id_idx or chat_msg_owner_id_idx. With the
+    status and role filters in this query too, PostgreSQL took the primary key newest first and
+    read every newer message of every other user to find the window of a user whose messages
+    are not the newest (it assumes a user's rows spread evenly over the ids): 0.4-0.6 s behind
+    1M other messages on the search benchmark's data (docs/benchmarks.md). The window may so
+    hold a streaming reply or a system message; the scans filter them, the bounds only count
+    rows to know where the scope ends."""
+    clauses, params = _key_sql(scope)
+    where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
     found = _fetch(
-        "SELECT MIN(w.id), COUNT(*) FROM (SELECT m.id FROM chat_messages m "  # noqa: S608
-        f"WHERE {where} ORDER BY m.id DESC LIMIT %s) w",
+        "SELECT MIN(w.id), MAX(w.id), COUNT(*) FROM (SELECT m.id FROM chat_messages m "  # noqa: S608
+        f"{where}ORDER BY m.id DESC LIMIT %s) w",
         [*params, rows],
     )
-    lowest, count = found[0] if found else (None, 0)
-    if lowest is None:
+    lowest, highest, count = found[0] if found else (None, None, 0)
+    if lowest is None or highest is None:
         return None
-    return Window(lowest_id=int(lowest), rows=int(count))
+    return Window(lowest_id=int(lowest), highest_id=int(highest), rows=int(count))
 
 
-def window_hits(*, scope: Scope, query: str, lowest_id: int, limit: int) -> list[int]:
-    """Ids of the window's messages (id >= lowest_id) that contain `query`, newest first."""
+def _key_sql(scope: Scope) -> tuple[list[str], list[Any]]:
+    """The clauses of a scope that an index on (key, id) answers alone."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if scope.session_id is not None:
+        clauses.append("m.session_id = %s")
+        params.append(scope.session_id)
+    elif scope.owner_id is not None:
+        clauses.append("m.owner_id = %s")
+        params.append(scope.owner_id)
+    if scope.below_id is not None:
+        clauses.append("m.id < %s")
+        params.append(scope.below_id)
+    return clauses, params
+
+
+def window_hits(*, scope: Scope, query: str, window: Window, limit: int) -> list[int]:
+    """Ids of the window's messages that contain `query`, newest first."""
     where, params = _scope_sql(scope)
     contains, contains_params = _contains_sql(query)
+    # Bounded on both sides. With `id >= lowest` alone PostgreSQL may walk the primary key down
+    # from the newest message of the whole table, filtering on the owner: through every newer
+    # message of every other user first (1M of them and 3-5 s on the search benchmark's data,
+    # docs/benchmarks.md). Between the window's two ends any plan reads the window's range only.
     rows = _fetch(
-        f"SELECT m.id FROM chat_messages m WHERE {where} AND m.id >= %s AND {contains} "  # noqa: S608
-        "ORDER BY m.id DESC LIMIT %s",
-        [*params, lowest_id, *contains_params, limit],
+        f"SELECT m.id FROM chat_messages m WHERE {where} AND m.id >= %s AND m.id <= %s "  # noqa: S608
+        f"AND {contains} ORDER BY m.id DESC LIMIT %s",
+        [*params, window.lowest_id, window.highest_id, *contains_params, limit],
     )
     return [int(r[0]) for r in rows]
 

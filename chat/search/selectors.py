@@ -76,9 +76,7 @@ def message_ids_search(*, scope: Scope, query: str, limit: int) -> IdsResult:
     window = backends.window_bounds(scope=scope, rows=asked)
     if window is None:
         return IdsResult(ids=[], next_below=None, mode=mode)
-    ids = backends.window_hits(
-        scope=scope, query=query, lowest_id=window.lowest_id, limit=limit + 1
-    )
+    ids = backends.window_hits(scope=scope, query=query, window=window, limit=limit + 1)
     scope_ends_in_window = window.rows < asked
     if len(ids) <= limit and not scope_ends_in_window:
         if short:
