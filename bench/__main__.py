@@ -12,6 +12,7 @@ from bench import context as context_bench
 from bench import history as history_bench
 from bench import realmodel as realmodel_bench
 from bench import realtime as realtime_bench
+from bench import search as search_bench
 from bench import ttft as ttft_bench
 from bench import ui as ui_bench
 from bench.report import write_section
@@ -25,6 +26,7 @@ BENCHMARKS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[
     "realtime": (realtime_bench.add_arguments, realtime_bench.run),
     "context": (context_bench.add_arguments, context_bench.run),
     "ttft": (ttft_bench.add_arguments, ttft_bench.run),
+    "search": (search_bench.add_arguments, search_bench.run),
     # Not in the default run: it needs the realllm extra and takes minutes.
     "realmodel": (realmodel_bench.add_arguments, realmodel_bench.run),
 }
