@@ -207,14 +207,28 @@ def index_hits(*, scope: Scope, query: str, limit: int) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
+def caseless(query: str) -> bool:
+    """Whether no character of `query` has case (Chinese, digits, punctuation): then its
+    case-insensitive match is a plain one, and the scan need not fold every row's text."""
+    return all(c.lower() == c == c.upper() and c.casefold() == c for c in query)
+
+
 def _contains_sql(query: str) -> tuple[str, list[Any]]:
     if connection.vendor == "postgresql":
-        # ILIKE, not UPPER() LIKE: pg_trgm's GIN operator class serves ILIKE on the column.
-        return "m.content ILIKE %s ESCAPE '\\'", [f"%{_like_escape(query)}%"]
+        # ILIKE, not UPPER() LIKE: pg_trgm's GIN operator class serves ILIKE on the column (and
+        # LIKE). ILIKE lowers each row's text first: for a caseless query (a Chinese word, the
+        # common short query, which only the window scan answers) LIKE finds the same rows
+        # a third of the time (5.5 against 16.5 ms for 5,000 messages on the benchmark's data).
+        operator = "LIKE" if caseless(query) else "ILIKE"
+        return f"m.content {operator} %s ESCAPE '\\'", [f"%{_like_escape(query)}%"]
     # instr() has no wildcards to escape. SQLite's lower() folds ASCII only, where FTS5 folds
     # all of Unicode: a query with a non-ASCII letter that has case ("Ärger", "Код") is
     # compared through Python's casefold, registered on the connection, so the window scan
     # finds what the index would. Only then: a Python call per row costs.
+    if caseless(query):
+        # lower() copies each row's text to fold letters the query does not have: half the
+        # time without it (4.4 against 8.7 ms for 5,000 messages).
+        return "instr(m.content, %s) > 0", [query]
     if any(ord(c) > 127 and c.lower() != c.upper() for c in query):
         return f"instr({_FOLD}(m.content), {_FOLD}(%s)) > 0", [query]
     return "instr(lower(m.content), lower(%s)) > 0", [query]

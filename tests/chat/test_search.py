@@ -110,6 +110,16 @@ def test_wildcards_and_quotes_are_literal(api, owner, path):
     assert _ids(api.get(URL, {"q": "100%_done"})) == [literal.pk]
     assert _ids(api.get(URL, {"q": '"hi" \\'})) == [literal.pk]
     assert _ids(api.get(URL, {"q": "%%%"})) == []
+    # No letter with case: matched without folding (LIKE, plain instr), wildcards still literal.
+    assert backends.caseless("100%_") and _ids(api.get(URL, {"q": "100%_"})) == [literal.pk]
+
+
+def test_a_query_without_cased_letters_is_matched_without_folding():
+    assert backends.caseless("数据库") and backends.caseless("42 -> 43") and backends.caseless("—")
+    # Anything with case goes the folding way: ASCII, other scripts, and letters whose folding
+    # changes their length.
+    for text in ("k8s", "Код", "ß", "ﬁ", "数据库 SQL", "Ǆ"):
+        assert not backends.caseless(text), text
 
 
 def test_pages_walk_every_match_once(api, owner, path):
