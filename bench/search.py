@@ -49,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--search-repeats", type=int, default=30, help="timed requests per cell")
     group.add_argument(
-        "--search-scan-repeats", type=int, default=30, help="timed plain scans per cell"
+        "--search-scan-repeats", type=int, default=10, help="timed plain scans per cell"
     )
     group.add_argument("--search-warmup", type=int, default=3, help="untimed rounds first")
     group.add_argument("--search-databases", default="sqlite,postgres")
@@ -290,9 +290,13 @@ def render(*, results: list[dict[str, Any]], layout: str, args: Any, command: st
         "python -m bench search --search-rerender           # re-render the last run's results",
         "```",
         "",
-        "How: users (layout `" + layout + "`) built with seed_demo's generator plus planted "
-        "Chinese text and rare identifiers (`bench/search_data.py`), in one database per engine "
-        "(`.bench/search.sqlite3`, PostgreSQL `cadau_bench_search`). **HTTP** = `GET "
+        "How: one user per item of the layout `" + layout + "` (N = one session of N "
+        "messages, KxN = K sessions of N) and a copy of the first at the oldest ids, built with "
+        "seed_demo's generator plus planted Chinese text and rare identifiers "
+        "(`bench/search_data.py`), in one database per engine (`.bench/search.sqlite3`, "
+        "PostgreSQL `cadau_bench_search`). Ids: the copy first, then the large users in ten "
+        "alternating turns (each one's messages in blocks between the other's), the 1k "
+        "baseline last. **HTTP** = `GET "
         f"{SEARCH_PATH}?q=...&limit={PAGE}[&session_id=...]` on the app under Daphne as `make "
         "run` serves it (`DEBUG=false`, default settings, token auth, throttle off), one "
         "keep-alive client, one request at a time, client-side wall time. **selector** = "
@@ -302,7 +306,9 @@ def render(*, results: list[dict[str, Any]], layout: str, args: Any, command: st
         "timed the same way. "
         f"{args.search_warmup} untimed rounds, then {args.search_repeats} timed requests per "
         f"cell ({args.search_scan_repeats} for icontains), round-robin over the cells. Times in "
-        "ms, p50 / p95 / p99. *all* = every session of the user, *session* = `session_id`.",
+        "ms, p50 / p95 / p99. *all* = every session of the user, *session* = `session_id`. "
+        "The target is judged on HTTP p95 (what a client waits); the selector's ratio shows "
+        "the database's share without the constant per-request cost.",
         "",
         "Queries: "
         + "; ".join(f"`{key}` = {query} ({text})" for key, (query, text) in what.items())
