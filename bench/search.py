@@ -272,11 +272,14 @@ def ratios(cells: dict[str, Any], layout: str) -> list[dict[str, Any]]:
     return rows
 
 
-def render(*, results: list[dict[str, Any]], layout: str, args: Any, command: str) -> str:
+def render(
+    *, results: list[dict[str, Any]], layout: str, args: Any, command: str, measured: str = ""
+) -> str:
     what = {key: (query, text) for key, query, text in QUERIES}
+    measured = measured or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = ["## Search: trigram index and window scan against a plain scan", ""]
     lines.append(
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} "
+        f"Measured {measured} on {os.cpu_count()} "
         f"CPU(s), Python {platform.python_version()}, "
         + ", ".join(r["version"] for r in results if r.get("version"))
         + "."
@@ -401,7 +404,11 @@ def run(*, args: Any, command: str) -> str:
         data = json.loads(RAW.read_text())
         saved = argparse.Namespace(**{**vars(args), **data["args"]})
         return render(
-            results=data["results"], layout=data["layout"], args=saved, command=data["command"]
+            results=data["results"],
+            layout=data["layout"],
+            args=saved,
+            command=data["command"],
+            measured=data.get("measured", ""),
         )
     layout = args.search_layout
     parse_layout(layout)  # a bad layout fails here, before any database is touched
@@ -430,6 +437,7 @@ def run(*, args: Any, command: str) -> str:
             {
                 "layout": layout,
                 "command": command,
+                "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 "args": {k: getattr(args, k) for k in keep},
                 "results": results,
             }
