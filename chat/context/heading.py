@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Literal
 
 from django.conf import settings
@@ -54,12 +55,22 @@ def text_language(*, texts: Iterable[str]) -> Language | None:
     English."""
     han = latin = 0
     for text in texts:
-        body = _NEUTRAL.sub(" ", _HEADING_LINE.sub(" ", text))
-        han += len(_HAN.findall(body))
-        latin += len(_LATIN_WORD.findall(body))
+        text_han, text_latin = _words(text)
+        han += text_han
+        latin += text_latin
     if not han and not latin:
         return None
     return "zh" if han > latin else "en"
+
+
+# The same summary is asked about several times per send (the heading, the budget, the payload)
+# and once per send for as long as it stands: ~0.5 ms of regex each time on a 6,000-character
+# summary, on the way to the first token (bench ttft). A string hashes once; a few dozen
+# summaries cached is a few hundred KB at most.
+@lru_cache(maxsize=64)
+def _words(text: str) -> tuple[int, int]:
+    body = _NEUTRAL.sub(" ", _HEADING_LINE.sub(" ", text))
+    return len(_HAN.findall(body)), len(_LATIN_WORD.findall(body))
 
 
 def _server_language() -> Language:
