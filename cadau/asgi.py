@@ -4,12 +4,17 @@ import asyncio
 import os
 from typing import Any
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cadau.settings")
 
 # Django must be set up before anything imports models (the websocket routing does).
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from cadau.asgihandler import ASGIHandler  # noqa: E402
+
+# Django's, with a sync view served in one hop to a worker thread (cadau/asgihandler.py).
+django_asgi_app = ASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -113,6 +113,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: it sees a deferred response after every other middleware has (cadau/deferred.py).
+    "cadau.deferred.DeferredResponseMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "chat.middleware.ContentSecurityPolicyMiddleware",
     "chat.middleware.StaticFilesMiddleware",
@@ -327,6 +329,12 @@ CHAT_MAX_MESSAGE_RUNES: int = _int("CHAT_MAX_MESSAGE_RUNES", default=200_000, mi
 HTTP_MAX_BODY_BYTES: int = _int("HTTP_MAX_BODY_BYTES", default=2_621_440, minimum=1024)
 WS_MAX_FRAME_BYTES: int = _int("WS_MAX_FRAME_BYTES", default=2_621_440, minimum=1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = HTTP_MAX_BODY_BYTES
+
+# Threads serving sync views, middleware included, per process (cadau/asgihandler.py). Their
+# own pool: a slow view (a password check, "compact now" waiting on the model) holds one of
+# these, never a thread a streaming reply needs. With PostgreSQL keep it, plus the six worker
+# threads, under DB_POOL_MAX_SIZE.
+HTTP_THREADS: int = _int("HTTP_THREADS", default=10, minimum=1)
 
 # --- REST framework -------------------------------------------------------------------------
 REST_FRAMEWORK = {

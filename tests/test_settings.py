@@ -108,7 +108,13 @@ def test_postgresql_gets_a_connection_pool_and_no_persistent_connections():
 
 @pytest.mark.parametrize(
     "name",
-    ["REDIS_MAX_CONNECTIONS", "DB_CONN_MAX_AGE", "DB_POOL_MAX_SIZE", "DB_POOL_TIMEOUT_SECONDS"],
+    [
+        "REDIS_MAX_CONNECTIONS",
+        "DB_CONN_MAX_AGE",
+        "DB_POOL_MAX_SIZE",
+        "DB_POOL_TIMEOUT_SECONDS",
+        "HTTP_THREADS",
+    ],
 )
 def test_bad_integer_settings_name_the_key(name):
     env = {"REDIS_URL": "redis://127.0.0.1:6379/0", name: "lots"}

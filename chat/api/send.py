@@ -11,11 +11,9 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from django.db import close_old_connections
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
-from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import APIException
@@ -24,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from cadau.deferred import DeferredResponse
 from chat.api.errors import exception_handler
 from chat.context import context_budget_for, context_budget_read
 from chat.errors import ChatError
@@ -119,28 +118,35 @@ def _reply_response(request: Request, turn: Turn, first: list[dict[str, Any]]) -
     _connection_handed_back()
     if _wants_stream(request):
         return _event_stream(reply_events(turn=turn), first=first)
-    result = async_to_sync(reply_generate)(turn=turn)
-    return Response(_result(turn.user_message, result.message, result.context_budget))
+    return _deferred(request, lambda: _json_reply(turn))
 
 
-class _Then(HttpResponse):
-    """Never sent: what is left to do off the request's thread, awaited by `send_route` (a wait
-    in the queue, a whole JSON reply). Why: the view runs in the shared worker pool, whose few
-    threads must not block for seconds."""
+def _deferred(request: HttpRequest, then: Callable[[], Awaitable[HttpResponseBase]]) -> Any:
+    """What is left to do off the request's thread (a wait in the queue, a whole JSON reply),
+    awaited on the event loop (cadau/deferred.py): the view runs in the shared worker pool,
+    whose few threads must not block for seconds. A domain error raised meanwhile becomes
+    the same JSON error the view would have answered."""
 
-    def __init__(self, then: Callable[[], Awaitable[HttpResponseBase]]) -> None:
-        super().__init__(status=202)
-        self.then = then
+    async def run() -> HttpResponseBase:
+        try:
+            return await then()
+        except (ChatError, APIException) as exc:
+            response: HttpResponseBase = await in_worker(_error_rendered)(exc, request)
+            return response
+
+    return DeferredResponse(run)
 
 
-def _send_response(turn: Turn, *, stream: bool) -> HttpResponseBase:
+def _send_response(request: HttpRequest, turn: Turn, *, stream: bool) -> HttpResponseBase:
     """The response to a stored (or repeated) send. Sync: a repeat reads the budget."""
     assert turn.user_message is not None
     if turn.created:
         first = [{"type": "message", "message": message_payload(turn.user_message)}]
         if stream:
+            # The reply starts when the server first reads the body: right after this thread
+            # returns, the middleware having run here already (cadau/asgihandler.py).
             return _event_stream(reply_events(turn=turn), first=first)
-        return _Then(lambda: _json_reply(turn))
+        return _deferred(request, lambda: _json_reply(turn))
     # Idempotent repeat: report what the first send stored; generate nothing.
     body = _result(turn.user_message, turn.reply, context_budget_read(session_id=turn.session.pk))
     if not stream:
@@ -167,9 +173,9 @@ async def _json_reply(turn: Turn) -> HttpResponseBase:
     return _json(_result(turn.user_message, result.message, result.context_budget))
 
 
-async def _after_queue(send: SendTurn, *, stream: bool) -> HttpResponseBase:
+async def _after_queue(request: HttpRequest, send: SendTurn, *, stream: bool) -> HttpResponseBase:
     turn = await turn_queue(send=send)
-    response: HttpResponseBase = await in_worker(_send_response)(turn, stream=stream)
+    response: HttpResponseBase = await in_worker(_send_response)(request, turn, stream=stream)
     return response
 
 
@@ -189,34 +195,8 @@ class SendView(APIView):
         stream = _wants_stream(request)
         _connection_handed_back()
         if turn is None:
-            return _Then(lambda: _after_queue(send, stream=stream))
-        return _send_response(turn, stream=stream)
-
-
-def _rendered(view: Callable[..., Any], request: HttpRequest) -> HttpResponseBase:
-    response: HttpResponseBase = view(request)
-    render = getattr(response, "render", None)
-    if callable(render) and not getattr(response, "is_rendered", True):
-        render()  # here, or Django would hop to a thread once more to do it
-    return response
-
-
-_send_view = SendView.as_view()
-
-
-@csrf_exempt  # as DRF's views are: it enforces CSRF itself for session-authenticated calls
-async def send_route(request: HttpRequest) -> HttpResponseBase:
-    """POST /api/v1/chat/send. An async route around the DRF view, which runs on a thread of
-    the worker pool rather than one Django starts per request: that thread keeps its database
-    connection, and the hops there and back were most of what a REST send added to the time
-    to first token (bench ttft). What must wait comes back as `_Then` and is awaited here."""
-    response = await in_worker(_rendered)(_send_view, request)
-    while isinstance(response, _Then):
-        try:
-            response = await response.then()
-        except (ChatError, APIException) as exc:
-            response = await in_worker(_error_rendered)(exc, request)
-    return response
+            return _deferred(request, lambda: _after_queue(request, send, stream=stream))
+        return _send_response(request, turn, stream=stream)
 
 
 def _error_rendered(exc: Exception, request: HttpRequest) -> HttpResponseBase:
@@ -228,11 +208,6 @@ def _error_rendered(exc: Exception, request: HttpRequest) -> HttpResponseBase:
     response.renderer_context = {}  # type: ignore[attr-defined]
     response.render()
     return response
-
-
-# drf-spectacular documents the route from the DRF view it wraps.
-send_route.cls = SendView  # type: ignore[attr-defined]
-send_route.initkwargs = {}  # type: ignore[attr-defined]
 
 
 class RegenerateView(APIView):

@@ -35,7 +35,7 @@ urlpatterns = [
     path("chat/search", search.SearchView.as_view(), name="chat-search"),
     path("chat/history/turns", views.TurnsView.as_view(), name="chat-history-turns"),
     path("chat/truncate", views.TruncateView.as_view(), name="chat-truncate"),
-    path("chat/send", send.send_route, name="chat-send"),
+    path("chat/send", send.SendView.as_view(), name="chat-send"),
     path("chat/regenerate", send.RegenerateView.as_view(), name="chat-regenerate"),
     path(
         "chat/sessions/<str:session_id>/compact",

@@ -1,0 +1,67 @@
+"""Django's ASGI handler, with a sync view served as WSGI would serve it: the whole middleware
+chain and the view in one go, on one thread.
+
+Why: under ASGI Django runs each hook of a sync middleware on a thread through sync_to_async
+and comes back to the event loop in between. With this project's MIDDLEWARE that is about
+fifteen crossings per request, each queued behind whatever the loop is doing, then one more
+for the view: most of what a REST send added to the model's time to first token over what the
+WebSocket adds (bench ttft). Here Django's own sync handler (the same MIDDLEWARE, the same
+order, the same exception handling) runs in one hop to a pool of HTTP_THREADS threads, which
+keep their database connections (a thread started per request opened one per request).
+
+An async view (none today) keeps Django's async chain. A sync view whose rest must be awaited
+on the loop returns a DeferredResponse (cadau/deferred.py), resolved here after the hop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
+from django.core.handlers.base import BaseHandler
+from django.db import close_old_connections
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+from django.urls import Resolver404, get_resolver
+
+from cadau.deferred import RESOLVED_ON_LOOP, deferred_resolve
+
+
+def _view_is_async(path: str) -> bool:
+    try:
+        match = get_resolver().resolve(path)
+    except Resolver404:
+        return False  # the 404 handler is sync
+    return iscoroutinefunction(match.func)
+
+
+class ASGIHandler(DjangoASGIHandler):
+    def __init__(self) -> None:
+        super().__init__()  # the async chain, for async views
+        self._sync = BaseHandler()
+        self._sync.load_middleware(is_async=False)
+        self._threads = ThreadPoolExecutor(
+            max_workers=settings.HTTP_THREADS, thread_name_prefix="cadau-http"
+        )
+
+    def _served(self, request: HttpRequest) -> HttpResponseBase:
+        try:
+            return self._sync.get_response(request)
+        finally:
+            # Inside the call's own context, as chat/workers.py's in_worker says why.
+            close_old_connections()
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        if _view_is_async(request.path_info):
+            return await super().get_response_async(request)
+        request.META[RESOLVED_ON_LOOP] = True
+        serve: Callable[..., Any] = database_sync_to_async(
+            self._served, thread_sensitive=False, executor=self._threads
+        )
+        response: HttpResponseBase = await serve(request)
+        return await deferred_resolve(response)

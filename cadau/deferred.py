@@ -1,0 +1,92 @@
+"""A sync view's response whose rest must be awaited on the event loop.
+
+A sync view runs on a worker thread (cadau/asgihandler.py), and a few of them have work left
+that takes seconds but no thread: waiting for a session's running reply to end, generating a
+whole reply for a JSON caller. Such a view returns `DeferredResponse(then)`; `then` is awaited
+on the loop and its response is sent instead. The middleware has already processed the
+placeholder as it would any response, so what it set there (security headers, a session or
+CSRF cookie, Vary) is carried over to the response sent.
+
+Who awaits it: our ASGI handler, back on the loop after the view's thread returned; under any
+other handler (Django's test client, a sync server) `DeferredResponseMiddleware`, first in
+MIDDLEWARE so it sees the placeholder after every other middleware has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from django.utils.cache import cc_delim_re, patch_vary_headers
+
+#: Set on a request by a handler that resolves deferred responses itself, on its loop.
+RESOLVED_ON_LOOP = "cadau.deferred_resolved_on_loop"
+# Describe the placeholder's own (empty) body, not the one sent.
+_NOT_CARRIED = {"content-type", "content-length"}
+
+
+class DeferredResponse(HttpResponse):
+    """Never sent: `then` gives the response to send (or another DeferredResponse)."""
+
+    def __init__(self, then: Callable[[], Awaitable[HttpResponseBase]]) -> None:
+        super().__init__(status=202, content_type="application/json")
+        self.then = then
+
+
+def _carried(placeholder: HttpResponseBase, response: HttpResponseBase) -> HttpResponseBase:
+    for name, value in placeholder.items():
+        lowered = name.lower()
+        if lowered in _NOT_CARRIED:
+            continue
+        if lowered == "vary":
+            patch_vary_headers(response, cc_delim_re.split(value))
+        elif name not in response:
+            response[name] = value
+    # CommonMiddleware's rule, for the body it did not see.
+    if (
+        "Content-Length" in placeholder
+        and isinstance(response, HttpResponse)
+        and "Content-Length" not in response
+    ):
+        response["Content-Length"] = str(len(response.content))
+    for key, morsel in placeholder.cookies.items():
+        if key not in response.cookies:
+            response.cookies[key] = morsel
+    # The handler closes only the response it sends: the request's own closers go with it.
+    closers = placeholder._resource_closers  # type: ignore[attr-defined]
+    response._resource_closers.extend(closers)  # type: ignore[attr-defined]
+    closers.clear()
+    return response
+
+
+async def deferred_resolve(response: HttpResponseBase) -> HttpResponseBase:
+    """`response`, or what its deferred work gave, with the middleware's headers carried."""
+    while isinstance(response, DeferredResponse):
+        response = _carried(response, await response.then())
+    return response
+
+
+class DeferredResponseMiddleware:
+    """Resolves a DeferredResponse where no handler does it on its loop. First in MIDDLEWARE."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if iscoroutinefunction(self):
+            return self._acall(request)
+        response = self.get_response(request)
+        if isinstance(response, DeferredResponse) and not request.META.get(RESOLVED_ON_LOOP):
+            response = async_to_sync(deferred_resolve)(response)
+        return response
+
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        return await deferred_resolve(await self.get_response(request))

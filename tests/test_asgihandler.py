@@ -1,0 +1,230 @@
+"""cadau/asgihandler.py and cadau/deferred.py: a sync view and its whole middleware chain on one
+HTTP thread, an async view on the loop, and deferred work awaited on the loop with the
+middleware's headers and cookies carried over. Through the ASGI application, as Daphne runs it."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.test import Client
+from django.urls import path
+
+from cadau.asgi import application
+from cadau.asgihandler import ASGIHandler
+from cadau.deferred import DeferredResponse, deferred_resolve
+from cadau.tokens import token_issue
+from chat.models import ChatMessage, MessageStatus
+from tests.factories import ChatSessionFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# --- A URLconf and a middleware of this module's own, to see which thread runs what ---------
+
+seen: dict[str, str] = {}
+
+
+class ThreadRecordingMiddleware:
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> Any:
+        seen["request"] = threading.current_thread().name
+        response = self.get_response(request)
+        seen["response"] = threading.current_thread().name
+        return response
+
+
+def sync_view(request: HttpRequest) -> HttpResponse:
+    seen["view"] = threading.current_thread().name
+    return JsonResponse({"ok": True})
+
+
+async def async_view(request: HttpRequest) -> HttpResponse:
+    seen["view"] = threading.current_thread().name
+    return JsonResponse({"ok": True})
+
+
+def deferred_view(request: HttpRequest) -> HttpResponse:
+    request.session["touched"] = True  # the session middleware sets its cookie on the placeholder
+
+    async def then() -> HttpResponse:
+        seen["then"] = threading.current_thread().name
+        return JsonResponse({"deferred": True})
+
+    return DeferredResponse(then)
+
+
+urlpatterns = [
+    path("sync", sync_view),
+    path("async", async_view),
+    path("deferred", deferred_view),
+]
+
+
+@pytest.fixture
+def handler(settings) -> ASGIHandler:
+    settings.ROOT_URLCONF = __name__
+    settings.MIDDLEWARE = [*settings.MIDDLEWARE, f"{__name__}.ThreadRecordingMiddleware"]
+    seen.clear()
+    return ASGIHandler()
+
+
+def _client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://localhost")
+
+
+async def test_a_sync_view_and_its_middleware_run_on_one_http_thread(handler):
+    async with _client(handler) as client:
+        response = await client.get("/sync")
+    assert response.status_code == 200
+    assert seen["request"] == seen["view"] == seen["response"]
+    assert seen["view"].startswith("cadau-http")
+    # Django's own middleware ran too (in the same hop).
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_an_async_view_stays_on_the_loop_with_the_middleware(handler):
+    loop_thread = threading.current_thread().name
+    async with _client(handler) as client:
+        response = await client.get("/async")
+    assert response.status_code == 200
+    assert seen["view"] == loop_thread
+    assert response.headers["X-Frame-Options"] == "DENY"
+
+
+async def test_a_deferred_response_is_awaited_on_the_loop_with_the_middlewares_headers(handler):
+    loop_thread = threading.current_thread().name
+    async with _client(handler) as client:
+        response = await client.get("/deferred")
+    assert response.status_code == 200
+    assert response.json() == {"deferred": True}
+    assert seen["then"] == loop_thread
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["Content-Length"] == str(len(response.content))
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert "Cookie" in response.headers["Vary"]
+    assert "sessionid" in response.cookies
+
+
+def test_without_our_handler_the_middleware_resolves_it(settings):
+    """Django's test client (a sync handler): DeferredResponseMiddleware awaits it instead."""
+    settings.ROOT_URLCONF = __name__
+    seen.clear()
+    response = Client().get("/deferred")
+    assert response.status_code == 200
+    assert response.json() == {"deferred": True}
+    assert response.cookies["sessionid"].value
+    assert response["X-Frame-Options"] == "DENY"
+
+
+async def test_carried_headers_never_describe_the_placeholders_body():
+    async def then() -> HttpResponse:
+        final = HttpResponse("final body", content_type="text/plain", headers={"Vary": "Origin"})
+        final["X-Own"] = "final"
+        return final
+
+    placeholder = DeferredResponse(then)
+    placeholder["X-Own"] = "placeholder"
+    placeholder["X-Frame-Options"] = "DENY"
+    placeholder["Vary"] = "Cookie"
+    placeholder.set_cookie("csrftoken", "abc")
+    closed: list[str] = []
+    placeholder._resource_closers.append(lambda: closed.append("request"))
+    response = await deferred_resolve(placeholder)
+    assert response.content == b"final body"
+    assert response["Content-Type"] == "text/plain"
+    assert response["X-Own"] == "final"
+    assert response["X-Frame-Options"] == "DENY"
+    assert response["Vary"] == "Origin, Cookie"
+    assert response.cookies["csrftoken"].value == "abc"
+    await sync_to_async(response.close)()
+    assert closed == ["request"]
+
+
+# --- The product's routes through the real application ---------------------------------------
+
+ROUTES = ["/accounts/login/", "/api/v1/status", "/api/v1/nope", "/admin/login/", "/"]
+# Differ by nature: the CSRF token is random, the date moves.
+UNCOMPARED = {"date", "set-cookie", "content-length"}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+async def test_the_application_answers_as_the_test_client_does(route):
+    expected = await sync_to_async(Client().get)(route)
+    async with _client(application) as client:
+        response = await client.get(route)
+    assert response.status_code == expected.status_code
+    assert {k.lower() for k in response.headers} - UNCOMPARED == {
+        k.lower() for k in expected.headers
+    } - UNCOMPARED
+    for name in ("Content-Type", "X-Frame-Options", "Content-Security-Policy", "Vary"):
+        assert response.headers.get(name) == expected.headers.get(name), name
+    assert set(response.cookies) == set(expected.cookies)
+
+
+async def _token_and_session(owner: Any) -> tuple[str, int]:
+    token = await sync_to_async(token_issue)(user=owner)
+    session: Any = await sync_to_async(ChatSessionFactory)(owner=owner)
+    return token.key, session.pk
+
+
+async def test_a_json_send_is_the_whole_reply_with_the_middlewares_headers(owner, fake_llm):
+    token, session_id = await _token_and_session(owner)
+    async with _client(application) as client:
+        response = await client.post(
+            "/api/v1/chat/send",
+            json={"session_id": session_id, "content": "hello"},
+            headers={"Authorization": f"Token {token}"},
+        )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["user_message"]["content"] == "hello"
+    assert body["assistant_message"]["status"] == MessageStatus.COMPLETE
+    assert body["assistant_message"]["content"]
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert response.headers["X-Frame-Options"] == "DENY"
+
+
+async def test_a_streamed_send_is_its_events(owner, fake_llm):
+    token, session_id = await _token_and_session(owner)
+    async with _client(application) as client:
+        response = await client.post(
+            "/api/v1/chat/send",
+            json={"session_id": session_id, "content": "hello"},
+            headers={"Authorization": f"Token {token}", "Accept": "text/event-stream"},
+        )
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/event-stream")
+    kinds = [line[7:] for line in response.text.splitlines() if line.startswith("event: ")]
+    assert kinds[0] == "message" and "delta" in kinds and kinds[-1] == "done"
+    statuses = await sync_to_async(
+        lambda: list(ChatMessage.objects.order_by("id").values_list("status", flat=True))
+    )()
+    assert statuses == [MessageStatus.COMPLETE, MessageStatus.COMPLETE]
+
+
+async def test_a_deferred_error_is_the_views_json_error(owner, fake_llm, settings):
+    """A send that queued behind a running reply and waited out CHAT_SEND_QUEUE_SECONDS: the
+    409 is decided on the loop, after the view's thread has returned."""
+    settings.CHAT_SEND_QUEUE_SECONDS = 0.2
+    token, session_id = await _token_and_session(owner)
+    await sync_to_async(ChatMessage.objects.create)(
+        session_id=session_id, role="assistant", content="", status=MessageStatus.STREAMING
+    )
+    async with _client(application) as client:
+        response = await client.post(
+            "/api/v1/chat/send",
+            json={"session_id": session_id, "content": "hello"},
+            headers={"Authorization": f"Token {token}"},
+        )
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "reply_in_progress"
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert await sync_to_async(ChatMessage.objects.filter(role="user").count)() == 0
