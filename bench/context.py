@@ -10,17 +10,14 @@ database under .bench/, talking to a fake LLM server child process over loopback
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import secrets
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.procs import NO_LIMITS, ServerProcess
+from bench.procs import NO_LIMITS, ServerProcess, worker_run
 
 ROOT = Path(__file__).resolve().parent.parent
 # The shipped defaults, spelled out so the table says what ran. Both strategies get the same.
@@ -68,17 +65,7 @@ def _fake_llm_reset(fake: ServerProcess) -> None:
 
 
 def _worker(args: list[str], env: dict[str, str]) -> Any:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.context_worker", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"context worker failed:\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return worker_run("bench.context_worker", *args, env=env)
 
 
 def _fresh_db(name: str) -> Path:

@@ -15,7 +15,6 @@ import os
 import platform
 import secrets
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import NO_LIMITS, ServerProcess
+from bench.procs import NO_LIMITS, ServerProcess, worker_run
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -103,18 +102,7 @@ def _child_env(*, database_url: str, conn_max_age: int) -> dict[str, str]:
 
 
 def _worker(*, args: list[str], env: dict[str, str], stdin: str | None = None) -> Any:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.worker", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench.worker {args[0]} failed (exit {proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return worker_run("bench.worker", *args, env=env, stdin=stdin)
 
 
 def _ensure_pg_database(url: str) -> str | None:

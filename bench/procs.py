@@ -4,6 +4,7 @@ caller starts, waits for and stops them the same way (and never leaves one runni
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -30,6 +31,24 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-quic",
 ]
+
+
+def worker_run(module: str, *args: str, env: dict[str, str], stdin: str | None = None) -> Any:
+    """Run a benchmark's worker module (`python -m module args...`) in the project's root with
+    `env`, its stderr left on the terminal, and return the JSON on the last line it printed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=env,
+        input=stdin,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        name = args[0] if args else ""
+        raise RuntimeError(f"{module} {name} failed (exit {proc.returncode})")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # A benchmark (or a browser test) is one user driving load on purpose: the per-user limits a

@@ -18,7 +18,6 @@ import os
 import platform
 import secrets
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import NO_LIMITS, ServerProcess
+from bench.procs import NO_LIMITS, ServerProcess, worker_run
 from bench.search_data import QUERIES, parse_layout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,18 +93,7 @@ def _env(database_url: str) -> dict[str, str]:
 
 
 def _worker(*args: str, env: dict[str, str], stdin: str | None = None) -> Any:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.search_worker", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench.search_worker {args[0]} failed (exit {proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return worker_run("bench.search_worker", *args, env=env, stdin=stdin)
 
 
 def _drop(*, label: str, url: str) -> None:

@@ -17,7 +17,6 @@ import os
 import platform
 import secrets
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -27,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import NO_LIMITS, ServerProcess
+from bench.procs import NO_LIMITS, ServerProcess, worker_run
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -76,18 +75,7 @@ def _env(*, database_url: str, llm_url: str) -> dict[str, str]:
 
 
 def _worker(*args: str, env: dict[str, str], stdin: str | None = None) -> Any:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.ttft_worker", *args],
-        cwd=ROOT,
-        env=env,
-        input=stdin,
-        stdout=subprocess.PIPE,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"bench.ttft_worker {args[0]} failed (exit {proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return worker_run("bench.ttft_worker", *args, env=env, stdin=stdin)
 
 
 @dataclass(kw_only=True)
