@@ -19,11 +19,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
 from django.core.handlers.base import BaseHandler
+from django.core.handlers.exception import response_for_exception
 from django.db import close_old_connections
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
@@ -64,4 +65,12 @@ class ASGIHandler(DjangoASGIHandler):
             self._served, thread_sensitive=False, executor=self._threads
         )
         response: HttpResponseBase = await serve(request)
-        return await deferred_resolve(response)
+        try:
+            return await deferred_resolve(response)
+        except Exception as exc:
+            # Past the middleware's exception handling: a crash becomes the same 500 (logged,
+            # the URLconf's handler500) a crash in the view would have.
+            failed: HttpResponseBase = await sync_to_async(
+                response_for_exception, thread_sensitive=False
+            )(request, exc)
+            return failed

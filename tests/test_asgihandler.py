@@ -59,10 +59,18 @@ def deferred_view(request: HttpRequest) -> HttpResponse:
     return DeferredResponse(then)
 
 
+def deferred_crash_view(request: HttpRequest) -> HttpResponse:
+    async def then() -> HttpResponse:
+        raise RuntimeError("a bug in deferred work")
+
+    return DeferredResponse(then)
+
+
 urlpatterns = [
     path("sync", sync_view),
     path("async", async_view),
     path("deferred", deferred_view),
+    path("deferred-crash", deferred_crash_view),
 ]
 
 
@@ -110,6 +118,13 @@ async def test_a_deferred_response_is_awaited_on_the_loop_with_the_middlewares_h
     assert response.headers["X-Frame-Options"] == "DENY"
     assert "Cookie" in response.headers["Vary"]
     assert "sessionid" in response.cookies
+
+
+async def test_a_crash_in_deferred_work_is_a_logged_500(handler, caplog):
+    async with _client(handler) as client:
+        response = await client.get("/deferred-crash")
+    assert response.status_code == 500
+    assert "a bug in deferred work" in caplog.text
 
 
 def test_without_our_handler_the_middleware_resolves_it(settings):
