@@ -3,10 +3,12 @@
 - `in_worker(fn)`: async code (a reply, a socket) awaiting sync service work in the thread pool.
 - `background_submit(fn, **kwargs)`: work nobody awaits (compaction after a reply) in a small
   bounded pool, so a burst of replies cannot start a thread storm.
+- `model_wait_run(fn, **kwargs)`: a request awaiting a summarising model call ("compact now").
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -67,3 +69,23 @@ def background_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:
 def background_wait(timeout: float = 30.0) -> None:
     """Tests and graceful shutdown: wait for the jobs submitted so far."""
     wait(list(_pending), timeout=timeout)
+
+
+# A request that waits on a summarising model call ("compact now"): two at a time per process,
+# the rest wait their turn. Not an HTTP thread (every page would queue behind a user's parallel
+# compactions), not in_worker's pool (streaming replies' database steps would), not the
+# background pool (it would queue behind summaries waiting for an idle one-slot model server).
+_model_waits = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cadau-model-wait")
+
+
+async def model_wait_run(fn: Callable[..., Any], **kwargs: Any) -> Any:
+    """`fn(**kwargs)` in the model-wait pool; its result, or its exception, to the caller."""
+
+    def job() -> Any:
+        close_old_connections()
+        try:
+            return fn(**kwargs)
+        finally:
+            connections.close_all()
+
+    return await asyncio.wrap_future(_model_waits.submit(job))

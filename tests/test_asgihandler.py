@@ -16,10 +16,11 @@ from django.urls import path
 
 from cadau.asgi import application
 from cadau.asgihandler import ASGIHandler
+from cadau.contextconfig import ContextConfig
 from cadau.deferred import DeferredResponse, deferred_resolve
 from cadau.tokens import token_issue
-from chat.models import ChatMessage, MessageStatus
-from tests.factories import ChatSessionFactory
+from chat.models import ChatMessage, ChatSession, MessageStatus
+from tests.factories import ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -243,3 +244,36 @@ async def test_a_deferred_error_is_the_views_json_error(owner, fake_llm, setting
     assert response.json()["error"]["code"] == "reply_in_progress"
     assert response.headers["X-Frame-Options"] == "DENY"
     assert await sync_to_async(ChatMessage.objects.filter(role="user").count)() == 0
+
+
+async def test_compact_now_waits_on_the_model_off_the_http_threads(
+    owner, fake_llm, settings, monkeypatch
+):
+    """Seconds of a summarising call hold neither an HTTP thread nor a reply's worker thread."""
+    import chat.api.send as send_module
+
+    settings.CHAT_CONTEXT = ContextConfig(
+        input_budget_runes=20000, summary_max_runes=500, min_verbatim=2
+    )
+    token, session_id = await _token_and_session(owner)
+    session = await sync_to_async(ChatSession.objects.get)(pk=session_id)
+    await sync_to_async(make_conversation)(session, turns=6, words=10)
+    fake_llm.script_summary("kept the numbers")
+    compact = send_module.session_compact_now
+    threads: list[str] = []
+
+    def recorded(**kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return compact(**kwargs)
+
+    monkeypatch.setattr(send_module, "session_compact_now", recorded)
+    async with _client(application) as client:
+        response = await client.post(
+            f"/api/v1/chat/sessions/{session_id}/compact",
+            json={"instructions": "keep the numbers"},
+            headers={"Authorization": f"Token {token}"},
+        )
+    assert response.status_code == 200, response.text
+    assert response.json()["context_summary"] == "kept the numbers"
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert len(threads) == 1 and threads[0].startswith("cadau-model-wait")

@@ -24,15 +24,15 @@ from rest_framework.views import APIView
 
 from cadau.deferred import DeferredResponse
 from chat.api.errors import exception_handler
-from chat.context import context_budget_for, context_budget_read
-from chat.errors import ChatError
-from chat.models import ChatMessage
+from chat.context import CompactionResult, context_budget_for, context_budget_read
+from chat.errors import ChatError, NotFound
+from chat.models import ChatMessage, ChatSession
 from chat.selectors import session_for_user
 from chat.services.compaction import session_compact_now
 from chat.shapes import message_payload
 from chat.turn import Turn, reply_events, reply_generate, turn_attempt, turn_queue, turn_regenerate
 from chat.turn.checks import SendRequest as SendTurn
-from chat.workers import in_worker
+from chat.workers import in_worker, model_wait_run
 
 
 class EventStreamRenderer(BaseRenderer):
@@ -231,21 +231,32 @@ class CompactView(APIView):
     """Compact now, optionally with instructions for the summariser ("keep the numbers")."""
 
     @extend_schema(request=CompactRequest, responses={200: dict})
-    def post(self, request: Request, session_id: str) -> Response:
+    def post(self, request: Request, session_id: str) -> HttpResponseBase:
         session = session_for_user(user=request.user, session_id=session_id)
         data = CompactRequest(data=request.data)
         data.is_valid(raise_exception=True)
-        result = session_compact_now(
-            session_id=session.pk, instructions=data.validated_data.get("instructions", "")
-        )
-        session.refresh_from_db()
-        return Response(
-            {
-                "outcome": result.outcome,
-                "messages_rolled": result.messages_rolled,
-                "llm_calls": result.llm_calls,
-                "context_summary": session.context_summary,
-                "verbatim_since_message_id": session.verbatim_since_message_id,
-                "context_budget": context_budget_for(session=session),
-            }
-        )
+        instructions = data.validated_data.get("instructions", "")
+        # A summarising model call: seconds, awaited off the HTTP threads (chat/workers.py).
+        return _deferred(request, lambda: _compacted(session.pk, instructions))
+
+
+async def _compacted(session_id: int, instructions: str) -> HttpResponseBase:
+    result = await model_wait_run(
+        session_compact_now, session_id=session_id, instructions=instructions
+    )
+    body: dict[str, Any] = await in_worker(_compacted_body)(session_id, result)
+    return _json(body)
+
+
+def _compacted_body(session_id: int, result: CompactionResult) -> dict[str, Any]:
+    session = ChatSession.objects.filter(pk=session_id).first()
+    if session is None:
+        raise NotFound()  # deleted while it compacted
+    return {
+        "outcome": result.outcome,
+        "messages_rolled": result.messages_rolled,
+        "llm_calls": result.llm_calls,
+        "context_summary": session.context_summary,
+        "verbatim_since_message_id": session.verbatim_since_message_id,
+        "context_budget": context_budget_for(session=session),
+    }
