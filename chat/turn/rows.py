@@ -143,26 +143,34 @@ def turn_store(*, send: SendRequest) -> Turn:
     is generating (the caller queues)."""
     checked = send_checked(send=send)
     locked, content, client_id = checked.session, checked.content, checked.client_id
+    now = timezone.now()
     with transaction.atomic():
         # The lock serialises the session's sends: idempotency, one reply at a time and the
         # counters are decided by one writer at a time. The row itself is the one the checks
         # read a moment ago: if a compaction moved the summary since, the reply is built on
         # the state just before (consistent), and its final write sees the move.
-        if not ChatSession.objects.select_for_update().filter(pk=locked.pk).exists():
+        # The UPDATE that stamps the session list (the counter, the last activity) is what
+        # takes the lock, as SELECT ... FOR UPDATE would: one statement fewer before the first
+        # token (bench ttft). A send that stores nothing rolls it back.
+        stamped = ChatSession.objects.filter(pk=locked.pk).update(
+            message_count=F("message_count") + 2, last_activity_at=now
+        )
+        if not stamped:
             raise NotFound()
         if client_id is not None:
             existing = ChatMessage.objects.filter(session=locked, client_id=client_id).first()
             if existing is not None:
-                return Turn(
+                repeat = Turn(
                     session=locked,
                     user_message=existing,
                     reply=reply_for(user_message=existing),
                     query=existing.content,
                     created=False,
                 )
+                transaction.set_rollback(True)  # a repeat stores nothing: the stamp is undone
+                return repeat
         if _reply_active_else_sweep(locked):
             raise _busy()
-        now = timezone.now()
         user_message = ChatMessage.objects.create(
             session=locked,
             role=MessageRole.USER,
@@ -177,9 +185,6 @@ def turn_store(*, send: SendRequest) -> Turn:
             status=MessageStatus.STREAMING,
             metadata={"reply_to": user_message.pk},
             created_at=now,
-        )
-        ChatSession.objects.filter(pk=locked.pk).update(
-            message_count=F("message_count") + 2, last_activity_at=now
         )
         event_publish_on_commit(
             session_id=locked.pk,

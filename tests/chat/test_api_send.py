@@ -36,11 +36,16 @@ def test_same_client_id_twice_creates_one_message(api, owner, fake_llm):
     session = ChatSessionFactory(owner=owner)
     payload = {"session_id": session.pk, "content": "once", "client_id": "abc-1"}
     first = api.post("/api/v1/chat/send", payload, format="json").json()
+    before = ChatSession.objects.get(pk=session.pk).last_activity_at
     second = api.post("/api/v1/chat/send", payload, format="json").json()
     assert first["user_message"]["id"] == second["user_message"]["id"]
     assert first["assistant_message"]["id"] == second["assistant_message"]["id"]
     assert ChatMessage.objects.filter(session=session).count() == 2
     assert fake_llm.count("chat") == 1
+    # The repeat's stamp (the UPDATE that takes the session's lock) was rolled back.
+    stamped = ChatSession.objects.get(pk=session.pk)
+    assert stamped.message_count == 2
+    assert stamped.last_activity_at == before
 
 
 def test_event_stream_follows_the_websocket_contract(api, owner, fake_llm):
@@ -183,6 +188,9 @@ def test_with_background_compaction_no_send_waits_for_a_summary(
     session.refresh_from_db()
     assert session.context_summary and session.verbatim_since_message_id is not None
     assert fake_llm.count("summary") >= 1
+    # The compaction started only once the reply's first token was out (bench ttft).
+    kinds = [c.kind for c in fake_llm.calls]
+    assert kinds.index("chat") < kinds.index("summary")
 
 
 def test_bad_input_is_a_400_and_stores_nothing(api, owner, fake_llm, settings):
