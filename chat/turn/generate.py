@@ -103,6 +103,7 @@ async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult
                 raise
             return result
         finally:
+            gen.first_token_passed()  # a reply that ended without publishing anything
             slots.reply_ended()
 
 
@@ -144,9 +145,15 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
     if prepared is None:
         prepared = await in_worker(turn_prepare)(turn)
     if prepared.compaction == "background":
-        # Submitted here, not while preparing: this reply already counts as in flight, so on
-        # a one-slot server the summary lets it go first (chat/llm/slots.py).
-        background_submit(_compact_in_background, session_id=session_id, trigger="before_send")
+        # Submitted from here, not while preparing: this reply already counts as in flight, so
+        # on a one-slot server the summary lets it go first (chat/llm/slots.py). And only once
+        # the first token is out: a session imported without a summary compacts all of its
+        # history, which took the first token of PostgreSQL's first send from ~9 to ~22 ms.
+        gen.after_first_token(
+            lambda: background_submit(
+                _compact_in_background, session_id=session_id, trigger="before_send"
+            )
+        )
     for event in prepared.events:
         gen.publish(event)
     state = prepared.state

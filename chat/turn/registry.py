@@ -76,6 +76,21 @@ class Generation:
     # Events waiting for the channel layer, in publish order.
     _outbox: list[Event] = field(default_factory=list)
     _sender: asyncio.Task[None] | None = None
+    # Work held back until the reply's first token (or its end) has gone out: a background
+    # compaction's reads and summarising must not compete with it for the process's CPU.
+    _after_first_token: list[Callable[[], Any]] | None = field(default_factory=list)
+
+    def after_first_token(self, fn: Callable[[], Any]) -> None:
+        """Run `fn` once the reply's first token (or its `done`) is published; now if it was."""
+        if self._after_first_token is None:
+            fn()
+        else:
+            self._after_first_token.append(fn)
+
+    def first_token_passed(self) -> None:
+        pending, self._after_first_token = self._after_first_token, None
+        for fn in pending or ():
+            fn()
 
     def stream_started(self, *, message_id: int, parts: list[str]) -> None:
         self.parts[message_id] = parts
@@ -90,6 +105,8 @@ class Generation:
         event_publish_local(session_id=self.session_id, event=event)
         if self.emit is not None:
             self.emit(event)
+        if self._after_first_token is not None and event.get("type") in ("delta", "done"):
+            self.first_token_passed()
         if self.shared and (self.remote_watchers or event.get("type") != "delta"):
             self._enqueue(event)
 
