@@ -29,8 +29,11 @@ from chat.llm.window import (
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, ChatSession, MessageRole
 from chat.queries import message_exists, message_rows
 
-# Rows fetched per round trip while reading the verbatim tail newest-first.
-TAIL_PAGE = 200
+# Rows fetched per round trip while reading the verbatim tail newest-first. The anchor bounds
+# a compacted session's read whatever the page (its tail since the anchor is all there is), so
+# the page only matters to a session never compacted; at 200 a tail of a few hundred messages,
+# usual between compactions, took two or three statements before the first token (bench ttft).
+TAIL_PAGE = 500
 TAIL_FIELDS = ("id", "role", "content", "tool_calls", "tool_call_id", "status")
 
 
