@@ -240,14 +240,21 @@ def server_env(server: ServerProcess) -> dict[str, str]:
 
 
 async def _compaction_settled(api: httpx.AsyncClient, session_id: int) -> None:
-    """Wait for the background compaction the send started, so the next send is timed alone."""
-    deadline = time.monotonic() + 60
+    """Wait for the background compaction the send started to end, so the next send is timed
+    alone: a summary, then the summary and its anchor unchanged for a second (a whole history
+    is compacted in chunks, each committed as it goes)."""
+    deadline = time.monotonic() + 120
+    last: tuple[str, Any] | None = None
+    still = 0
     while time.monotonic() < deadline:
         context = (await api.get(f"/api/v1/chat/sessions/{session_id}/context")).json()
-        if context["context_summary"]:
+        now = (context["context_summary"], context["verbatim_since_message_id"])
+        still = still + 1 if now == last and now[0] else 0
+        if still >= 5:
             return
+        last = now
         await asyncio.sleep(0.2)
-    raise RuntimeError(f"no background compaction of session {session_id} within 60 s")
+    raise RuntimeError(f"the background compaction of session {session_id} did not end in 120 s")
 
 
 def _run_database(*, label: str, url: str, args: Any) -> DbRun:

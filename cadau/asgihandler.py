@@ -28,16 +28,17 @@ from django.core.handlers.exception import response_for_exception
 from django.db import close_old_connections
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
-from django.urls import Resolver404, get_resolver
+from django.urls import get_resolver
+from django.utils.log import log_response
 
-from cadau.deferred import RESOLVED_ON_LOOP, deferred_resolve
+from cadau.deferred import RESOLVED_ON_LOOP, DeferredResponse, deferred_resolve, headers_carried
 
 
 def _view_is_async(path: str) -> bool:
     try:
         match = get_resolver().resolve(path)
-    except Resolver404:
-        return False  # the 404 handler is sync
+    except Exception:  # Resolver404, or a converter's error: the sync chain answers it properly
+        return False
     return iscoroutinefunction(match.func)
 
 
@@ -65,12 +66,24 @@ class ASGIHandler(DjangoASGIHandler):
             self._served, thread_sensitive=False, executor=self._threads
         )
         response: HttpResponseBase = await serve(request)
+        if not isinstance(response, DeferredResponse):
+            return response
         try:
-            return await deferred_resolve(response)
+            final = await deferred_resolve(response)
         except Exception as exc:
             # Past the middleware's exception handling: a crash becomes the same 500 (logged,
-            # the URLconf's handler500) a crash in the view would have.
-            failed: HttpResponseBase = await sync_to_async(
-                response_for_exception, thread_sensitive=False
-            )(request, exc)
-            return failed
+            # the URLconf's handler500, the middleware's headers) a crash in the view would.
+            failed = await sync_to_async(response_for_exception, thread_sensitive=False)(
+                request, exc
+            )
+            return headers_carried(response, failed)
+        if final.status_code >= 400:
+            # Django logged the placeholder's 202, not this (a queued send's 409, say).
+            await sync_to_async(log_response, thread_sensitive=False)(
+                "%s: %s",
+                final.reason_phrase,
+                request.path,
+                response=final,  # type: ignore[arg-type]  # any response (Django passes them all)
+                request=request,
+            )
+        return final

@@ -25,7 +25,14 @@ from django.utils.cache import cc_delim_re, patch_vary_headers
 #: Set on a request by a handler that resolves deferred responses itself, on its loop.
 RESOLVED_ON_LOOP = "cadau.deferred_resolved_on_loop"
 # Describe the placeholder's own (empty) body, not the one sent.
-_NOT_CARRIED = {"content-type", "content-length"}
+_NOT_CARRIED = {
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "content-range",
+    "etag",
+    "last-modified",
+}
 
 
 class DeferredResponse(HttpResponse):
@@ -36,7 +43,8 @@ class DeferredResponse(HttpResponse):
         self.then = then
 
 
-def _carried(placeholder: HttpResponseBase, response: HttpResponseBase) -> HttpResponseBase:
+def headers_carried(placeholder: HttpResponseBase, response: HttpResponseBase) -> HttpResponseBase:
+    """`response` with what the middleware set on `placeholder` (it never saw `response`)."""
     for name, value in placeholder.items():
         lowered = name.lower()
         if lowered in _NOT_CARRIED:
@@ -65,7 +73,7 @@ def _carried(placeholder: HttpResponseBase, response: HttpResponseBase) -> HttpR
 async def deferred_resolve(response: HttpResponseBase) -> HttpResponseBase:
     """`response`, or what its deferred work gave, with the middleware's headers carried."""
     while isinstance(response, DeferredResponse):
-        response = _carried(response, await response.then())
+        response = headers_carried(response, await response.then())
     return response
 
 

@@ -331,10 +331,11 @@ WS_MAX_FRAME_BYTES: int = _int("WS_MAX_FRAME_BYTES", default=2_621_440, minimum=
 DATA_UPLOAD_MAX_MEMORY_SIZE = HTTP_MAX_BODY_BYTES
 
 # Threads serving sync views, middleware included, per process (cadau/asgihandler.py). Their
-# own pool: a slow view (a password check, "compact now" waiting on the model) holds one of
-# these, never a thread a streaming reply needs. With PostgreSQL keep it, plus the six worker
-# threads, under DB_POOL_MAX_SIZE.
-HTTP_THREADS: int = _int("HTTP_THREADS", default=10, minimum=1)
+# own pool: a slow view (a password check) holds one of these, never a thread a streaming
+# reply needs. With PostgreSQL, a process may hold a connection per thread: these, the worker
+# pool (min(32, CPUs + 4): 6 on 2 CPUs), the background and model-wait pools (2 + 2) and
+# Channels' one thread. 8 + 6 + 5 = 19 fits DB_POOL_MAX_SIZE's 20 on 2 CPUs.
+HTTP_THREADS: int = _int("HTTP_THREADS", default=8, minimum=1)
 
 # --- REST framework -------------------------------------------------------------------------
 REST_FRAMEWORK = {

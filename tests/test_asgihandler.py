@@ -126,6 +126,7 @@ async def test_a_crash_in_deferred_work_is_a_logged_500(handler, caplog):
         response = await client.get("/deferred-crash")
     assert response.status_code == 500
     assert "a bug in deferred work" in caplog.text
+    assert response.headers["X-Frame-Options"] == "DENY"  # the middleware's, carried
 
 
 def test_without_our_handler_the_middleware_resolves_it(settings):
@@ -226,7 +227,7 @@ async def test_a_streamed_send_is_its_events(owner, fake_llm):
     assert statuses == [MessageStatus.COMPLETE, MessageStatus.COMPLETE]
 
 
-async def test_a_deferred_error_is_the_views_json_error(owner, fake_llm, settings):
+async def test_a_deferred_error_is_the_views_json_error(owner, fake_llm, settings, caplog):
     """A send that queued behind a running reply and waited out CHAT_SEND_QUEUE_SECONDS: the
     409 is decided on the loop, after the view's thread has returned."""
     settings.CHAT_SEND_QUEUE_SECONDS = 0.2
@@ -242,6 +243,7 @@ async def test_a_deferred_error_is_the_views_json_error(owner, fake_llm, setting
         )
     assert response.status_code == 409
     assert response.json()["error"]["code"] == "reply_in_progress"
+    assert "Conflict: /api/v1/chat/send" in caplog.text  # logged as a view's 409 would be
     assert response.headers["X-Frame-Options"] == "DENY"
     assert await sync_to_async(ChatMessage.objects.filter(role="user").count)() == 0
 

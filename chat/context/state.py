@@ -29,11 +29,20 @@ from chat.llm.window import (
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, ChatSession, MessageRole
 from chat.queries import message_exists, message_rows
 
-# Rows fetched per round trip while reading the verbatim tail newest-first. The anchor bounds
-# a compacted session's read whatever the page (its tail since the anchor is all there is), so
-# the page only matters to a session never compacted; at 200 a tail of a few hundred messages,
-# usual between compactions, took two or three statements before the first token (bench ttft).
+# Rows fetched per round trip while reading the verbatim tail newest-first. A compacted
+# session's read is bounded by its anchor (its tail since the anchor is all there is): one
+# large page, as a tail of a few hundred messages is usual between compactions and at 200 it
+# took two or three statements before the first token (bench ttft). A session never compacted
+# (an import) is read until the hard limit, checked after each page: a smaller page then, or
+# its first send read 2.5 times what it could use.
 TAIL_PAGE = 500
+TAIL_PAGE_UNANCHORED = 200
+
+
+def _tail_page_size(session: ChatSession) -> int:
+    return TAIL_PAGE if session.verbatim_since_message_id is not None else TAIL_PAGE_UNANCHORED
+
+
 TAIL_FIELDS = ("id", "role", "content", "tool_calls", "tool_call_id", "status")
 
 
@@ -170,9 +179,10 @@ def context_state_read(
     backlog = False
     upper: int | None = None
     qs = tail_queryset(session)
+    page_size = _tail_page_size(session)
     while True:
         page_qs = qs if upper is None else qs.filter(id__lt=upper)
-        take = min(TAIL_PAGE, cfg.history_read_limit - rows_read)
+        take = min(page_size, cfg.history_read_limit - rows_read)
         page, last_id, read = tail_page(page_qs, order="-id", limit=take)
         rows_read += read
         for msg in page:
@@ -263,7 +273,7 @@ def context_state_after_reply(
     if (
         unchanged
         and not state.backlog
-        and state.rows_read < min(TAIL_PAGE, state.cfg.history_read_limit)
+        and state.rows_read < min(_tail_page_size(state.session), state.cfg.history_read_limit)
         and not (tail and tail[-1].id > message.pk)
     ):
         return ContextState(

@@ -52,6 +52,11 @@ def control_group(session_id: int) -> str:
     return f"chat_control_{session_id}"
 
 
+# How long after the first token is published the work held back for it starts: time for the
+# subscribers to write the token out (a few turns of the event loop).
+AFTER_FIRST_TOKEN_DELAY_SECONDS = 0.05
+
+
 @dataclass(slots=True, kw_only=True)
 class Generation:
     session_id: int
@@ -87,9 +92,24 @@ class Generation:
         else:
             self._after_first_token.append(fn)
 
-    def first_token_passed(self) -> None:
+    def first_token_passed(self, *, written_first: bool = False) -> None:
+        """Release the held work. `written_first`: the token was only published; its
+        subscribers write it on the next turns of the event loop, and a thread started now
+        (a compaction) would hold the GIL meanwhile (a 5 ms switch interval): PostgreSQL's
+        imported first send measured ~15 ms later. So the work starts a moment after."""
         pending, self._after_first_token = self._after_first_token, None
-        for fn in pending or ():
+        if not pending:
+            return
+        if written_first:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:
+                for fn in pending:
+                    loop.call_later(AFTER_FIRST_TOKEN_DELAY_SECONDS, fn)
+                return
+        for fn in pending:
             fn()
 
     def stream_started(self, *, message_id: int, parts: list[str]) -> None:
@@ -106,7 +126,7 @@ class Generation:
         if self.emit is not None:
             self.emit(event)
         if self._after_first_token is not None and event.get("type") in ("delta", "done"):
-            self.first_token_passed()
+            self.first_token_passed(written_first=True)
         if self.shared and (self.remote_watchers or event.get("type") != "delta"):
             self._enqueue(event)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from chat.turn.registry import Generation
+import asyncio
+
+from chat.turn.registry import AFTER_FIRST_TOKEN_DELAY_SECONDS, Generation
 
 
 def _generation(seen: list[str]) -> Generation:
@@ -38,3 +40,14 @@ def test_a_reply_that_published_nothing_releases_it_when_it_ends():
     gen.first_token_passed()
     gen.first_token_passed()
     assert seen == ["compact"]
+
+
+async def test_on_a_loop_the_work_starts_a_moment_after_the_token():
+    """Time for the subscribers to write the token before a compaction thread takes the GIL."""
+    seen: list[str] = []
+    gen = _generation(seen)
+    gen.after_first_token(lambda: seen.append("compact"))
+    gen.publish({"type": "delta", "message_id": 1, "text": "a", "offset": 0})
+    assert seen == ["delta"]
+    await asyncio.sleep(AFTER_FIRST_TOKEN_DELAY_SECONDS * 3)
+    assert seen == ["delta", "compact"]
