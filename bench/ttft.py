@@ -218,6 +218,11 @@ async def _measure(
             # Back to how an import leaves it before every send: each one is a first send.
             _worker("unsummarise", "--session-id", str(imported), env=server_env(server))
             transport = "REST SSE" if i % 2 == 0 else "WebSocket"
+            # Untimed, to a fresh session: the server has been idle while the last compaction
+            # settled, and a send after idle seconds is slower in every cell (cold caches and
+            # threads: a summarised session's send took ~19 ms after 0.5 s idle, ~10 ms in the
+            # round-robin). The imported cell measures the session's state, not the idle.
+            await _sse_send(api, next(fresh))
             if transport == "REST SSE":
                 first, done = await _sse_send(api, imported)
             else:
@@ -269,7 +274,8 @@ def _run_database(*, label: str, url: str, args: Any) -> DbRun:
         fake.wait_ready(path="/v1/models")
         llm_url = f"{fake.url}/v1"
         env = _env(database_url=url, llm_url=llm_url)
-        fresh = (args.ttft_sends + 2) * 2
+        # Two per round of the cells, and one per imported send (its warm-up).
+        fresh = (args.ttft_sends + 2) * 2 + args.ttft_imported_sends
         sizes = args.ttft_sizes
         prepared = _worker(
             "prepare", "--sizes", sizes, "--fresh", str(fresh), "--label", label, env=env
@@ -362,8 +368,10 @@ def _render(*, runs: list[DbRun], args: Any, command: str) -> str:
         f"{args.ttft_sends} timed sends per cell after 2 untimed rounds, round-robin over the "
         "cells. *imported*: a 100,000-message session with no summary at all, as seed_demo or "
         "an import leaves it, put back in that state before each of its sends (each is a "
-        "first send; its *model* figure is taken once the compaction that send started has "
-        "ended, as its summarising calls go to the same model server). *added* = the cell's "
+        "first send, right after an untimed send to a fresh session, as the server idled "
+        "while the last compaction settled; its *model* figure is taken once the compaction "
+        "that send started has ended, as its summarising calls go to the same model server). "
+        "*added* = the cell's "
         "percentile minus the model's. All processes share the machine's 2 cores.",
         "",
     ]
