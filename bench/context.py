@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.procs import NO_LIMITS, ServerProcess, worker_run
+from bench.procs import ServerProcess, app_env, worker_run
 
 ROOT = Path(__file__).resolve().parent.parent
 # The shipped defaults, spelled out so the table says what ran. Both strategies get the same.
@@ -41,22 +40,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _env(*, db: Path, fake_url: str, strategy: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(KNOBS)
-    env.update(NO_LIMITS)
-    env.update(
-        DATABASE_URL=f"sqlite:///{db}",
+    return app_env(
+        f"sqlite:///{db}",
+        keep_redis=True,
+        **KNOBS,
         CHAT_CONTEXT_STRATEGY=strategy,
         LLM_BASE_URL=f"{fake_url}/v1",
         LLM_MODEL="fake-chat",
         LLM_API_KEY="bench",
         FAKE_LLM_URL=fake_url,
-        LOG_LEVEL="WARNING",
-        DEBUG="false",
     )
-    if "SECRET_KEY" not in env and not (ROOT / ".env.local").is_file():
-        env["SECRET_KEY"] = secrets.token_urlsafe(50)
-    return env
 
 
 def _fake_llm_reset(fake: ServerProcess) -> None:

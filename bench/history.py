@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import platform
-import secrets
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import NO_LIMITS, ServerProcess, worker_run
+from bench.procs import ServerProcess, app_env, worker_run
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -84,21 +83,12 @@ def _log(message: str) -> None:
 
 
 def _child_env(*, database_url: str, conn_max_age: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(NO_LIMITS)
-    env.update(
-        DATABASE_URL=database_url,
+    return app_env(
+        database_url,
+        keep_redis=True,
         CADAU_URLCONF="bench.urls",
-        # DEBUG would keep every SQL string in memory and serve slower error pages: not prod.
-        DEBUG="false",
-        ALLOWED_HOSTS="127.0.0.1,localhost,testserver",
         DB_CONN_MAX_AGE=str(conn_max_age),
-        LOG_LEVEL="WARNING",
-        PYTHONUNBUFFERED="1",
     )
-    if "SECRET_KEY" not in env and not (ROOT / ".env.local").is_file():
-        env["SECRET_KEY"] = secrets.token_urlsafe(50)
-    return env
 
 
 def _worker(*, args: list[str], env: dict[str, str], stdin: str | None = None) -> Any:

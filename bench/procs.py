@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -62,6 +63,28 @@ NO_LIMITS = {
     "CHAT_MAX_SOCKETS_PER_USER": "0",
     "WS_MAX_FRAMES_PER_MINUTE": "0",
 }
+
+
+def app_env(database_url: str, *, keep_redis: bool = False, **extra: str) -> dict[str, str]:
+    """The environment of a benchmark's app or worker process: this one's, no per-user limits,
+    production settings (DEBUG off, warnings only), `database_url`, then `extra`. Without
+    `keep_redis` the in-memory channel layer (one process, as `make run`). A SECRET_KEY of its
+    own when neither the environment nor .env.local has one."""
+    env = dict(os.environ)
+    env.update(NO_LIMITS)
+    env.update(
+        DATABASE_URL=database_url,
+        DEBUG="false",
+        ALLOWED_HOSTS="127.0.0.1,localhost,testserver",
+        LOG_LEVEL="WARNING",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    if not keep_redis:
+        env.pop("REDIS_URL", None)
+    if "SECRET_KEY" not in env and not (ROOT / ".env.local").is_file():
+        env["SECRET_KEY"] = secrets.token_urlsafe(50)
+    return env
 
 
 def database_url(settings_dict: dict[str, Any]) -> str:

@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import platform
-import secrets
 import socket
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
-from bench.procs import NO_LIMITS, ServerProcess, free_port, listening_sockets
+from bench.procs import ServerProcess, app_env, free_port, listening_sockets
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -229,24 +228,14 @@ class _RssSampler:
 
 
 def _env(*, database_url: str, llm_url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(NO_LIMITS)
-    env.update(
-        DATABASE_URL=database_url,
-        DEBUG="false",
-        ALLOWED_HOSTS="127.0.0.1,localhost",
-        LOG_LEVEL="WARNING",
+    return app_env(
+        database_url,
         LLM_BASE_URL=llm_url,
         LLM_API_KEY="bench",
         LLM_MODEL="fake-chat",
         # Measure streaming, not summarising: the bench sessions stay far below any threshold.
         CHAT_BACKGROUND_COMPACTION="false",
-        PYTHONUNBUFFERED="1",
     )
-    env.pop("REDIS_URL", None)  # one process: the in-memory layer, as `make run`
-    if "SECRET_KEY" not in env and not (ROOT / ".env.local").is_file():
-        env["SECRET_KEY"] = secrets.token_urlsafe(50)
-    return env
 
 
 def _manage(env: dict[str, str], *args: str, stdin: str | None = None) -> str:

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import secrets
 import statistics
 import sys
 import time
@@ -25,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import NO_LIMITS, ServerProcess, worker_run
+from bench.procs import ServerProcess, app_env, worker_run
 from bench.search_data import QUERIES, parse_layout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,20 +75,7 @@ def _log(message: str) -> None:
 
 
 def _env(database_url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(NO_LIMITS)
-    env.update(
-        DATABASE_URL=database_url,
-        THROTTLE_MESSAGE_SEARCH="off",
-        DEBUG="false",
-        ALLOWED_HOSTS="127.0.0.1,localhost,testserver",
-        LOG_LEVEL="WARNING",
-        PYTHONUNBUFFERED="1",
-    )
-    env.pop("REDIS_URL", None)
-    if "SECRET_KEY" not in env and not (ROOT / ".env.local").is_file():
-        env["SECRET_KEY"] = secrets.token_urlsafe(50)
-    return env
+    return app_env(database_url, THROTTLE_MESSAGE_SEARCH="off")
 
 
 def _worker(*args: str, env: dict[str, str], stdin: str | None = None) -> Any:

@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import platform
-import secrets
 import statistics
 import sys
 import time
@@ -26,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import NO_LIMITS, ServerProcess, worker_run
+from bench.procs import ServerProcess, app_env, worker_run
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -56,22 +55,7 @@ def _log(message: str) -> None:
 
 
 def _env(*, database_url: str, llm_url: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(NO_LIMITS)
-    env.update(
-        DATABASE_URL=database_url,
-        DEBUG="false",
-        ALLOWED_HOSTS="127.0.0.1,localhost,testserver",
-        LOG_LEVEL="WARNING",
-        LLM_BASE_URL=llm_url,
-        LLM_API_KEY="bench",
-        LLM_MODEL="fake-chat",
-        PYTHONUNBUFFERED="1",
-    )
-    env.pop("REDIS_URL", None)
-    if "SECRET_KEY" not in env and not (ROOT / ".env.local").is_file():
-        env["SECRET_KEY"] = secrets.token_urlsafe(50)
-    return env
+    return app_env(database_url, LLM_BASE_URL=llm_url, LLM_API_KEY="bench", LLM_MODEL="fake-chat")
 
 
 def _worker(*args: str, env: dict[str, str], stdin: str | None = None) -> Any:

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import secrets
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.procs import CHROMIUM, CHROMIUM_ARGS, NO_LIMITS, ServerProcess
+from bench.procs import CHROMIUM, CHROMIUM_ARGS, ServerProcess, app_env
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -65,19 +64,12 @@ def _log(message: str) -> None:
 
 
 def _env(db: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(NO_LIMITS)
-    env.update(
-        DATABASE_URL=f"sqlite:///{db}",
+    return app_env(
+        f"sqlite:///{db}",
+        keep_redis=True,
         DJANGO_SETTINGS_MODULE="cadau.settings",
-        DEBUG="false",
-        ALLOWED_HOSTS="127.0.0.1,localhost",
-        LOG_LEVEL="WARNING",
         LLM_BASE_URL="",  # the offline provider: nothing here talks to a model
     )
-    if "SECRET_KEY" not in env and not (ROOT / ".env.local").is_file():
-        env["SECRET_KEY"] = secrets.token_urlsafe(50)
-    return env
 
 
 def _prepare(*, messages: int) -> tuple[dict[str, str], int]:
