@@ -15,12 +15,13 @@ MIDDLEWARE so it sees the placeholder after every other middleware has.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import async_to_sync
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.utils.cache import cc_delim_re, patch_vary_headers
+
+from cadau.middleware import BothModesMiddleware
 
 #: Set on a request by a handler that resolves deferred responses itself, on its loop.
 RESOLVED_ON_LOOP = "cadau.deferred_resolved_on_loop"
@@ -77,24 +78,14 @@ async def deferred_resolve(response: HttpResponseBase) -> HttpResponseBase:
     return response
 
 
-class DeferredResponseMiddleware:
+class DeferredResponseMiddleware(BothModesMiddleware):
     """Resolves a DeferredResponse where no handler does it on its loop. First in MIDDLEWARE."""
 
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest) -> Any:
-        if iscoroutinefunction(self):
-            return self._acall(request)
-        response = self.get_response(request)
+    def call(self, request: HttpRequest) -> HttpResponseBase:
+        response: HttpResponseBase = self.get_response(request)
         if isinstance(response, DeferredResponse) and not request.META.get(RESOLVED_ON_LOOP):
             response = async_to_sync(deferred_resolve)(response)
         return response
 
-    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+    async def acall(self, request: HttpRequest) -> HttpResponseBase:
         return await deferred_resolve(await self.get_response(request))

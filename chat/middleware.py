@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from whitenoise.middleware import WhiteNoiseMiddleware
+
+from cadau.middleware import BothModesMiddleware
 
 CONTENT_SECURITY_POLICY = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -44,52 +47,34 @@ def _with_policy(request: HttpRequest, response: HttpResponse) -> HttpResponse:
     return response
 
 
-class ContentSecurityPolicyMiddleware:
-    # Both modes: under ASGI one sync-only middleware turns the whole chain above it sync,
-    # and every request then crosses from the event loop to a thread and back once more.
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
-        self.get_response = get_response
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
-
-    def __call__(self, request: HttpRequest) -> Any:
-        if iscoroutinefunction(self):
-            return self._acall(request)
+class ContentSecurityPolicyMiddleware(BothModesMiddleware):
+    def call(self, request: HttpRequest) -> HttpResponseBase:
         return _with_policy(request, self.get_response(request))
 
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
+    async def acall(self, request: HttpRequest) -> HttpResponseBase:
         return _with_policy(request, await self.get_response(request))
 
 
-class StaticFilesMiddleware:
+class StaticFilesMiddleware(BothModesMiddleware):
     """WhiteNoise, in both modes. WhiteNoise's middleware is sync only, which made the whole
     chain above it sync under ASGI: every request (a send's first token included) crossed
     from the event loop to a thread, back to the loop for the rest of the chain, and to a
     thread again for the view. Here only a request for a static file leaves the loop."""
 
-    sync_capable = True
-    async_capable = True
-
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
-        self.get_response = get_response
+        super().__init__(get_response)
         self.whitenoise = WhiteNoiseMiddleware(get_response)
-        if iscoroutinefunction(get_response):
-            markcoroutinefunction(self)
 
     def _static_file(self, request: HttpRequest) -> Any:
         if self.whitenoise.autorefresh:
             return self.whitenoise.find_file(request.path_info)
         return self.whitenoise.files.get(request.path_info)
 
-    def __call__(self, request: HttpRequest) -> Any:
-        if iscoroutinefunction(self):
-            return self._acall(request)
-        return self.whitenoise(request)
+    def call(self, request: HttpRequest) -> HttpResponseBase:
+        response: HttpResponseBase = self.whitenoise(request)
+        return response
 
-    async def _acall(self, request: HttpRequest) -> HttpResponse:
+    async def acall(self, request: HttpRequest) -> HttpResponseBase:
         if request.path_info.startswith(self._prefix):
             static_file = await sync_to_async(self._static_file)(request)
             if static_file is not None:
