@@ -121,7 +121,9 @@ def _reply_response(request: Request, turn: Turn, first: list[dict[str, Any]]) -
     return _deferred(request, lambda: _json_reply(turn))
 
 
-def _deferred(request: HttpRequest, then: Callable[[], Awaitable[HttpResponseBase]]) -> Any:
+def _deferred(
+    request: HttpRequest, then: Callable[[], Awaitable[HttpResponseBase]]
+) -> DeferredResponse:
     """What is left to do off the request's thread (a wait in the queue, a whole JSON reply),
     awaited on the event loop (cadau/deferred.py): the view runs in the shared worker pool,
     whose few threads must not block for seconds. A domain error raised meanwhile becomes

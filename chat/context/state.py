@@ -33,8 +33,8 @@ from chat.queries import message_exists, message_rows
 # session's read is bounded by its anchor (its tail since the anchor is all there is): one
 # large page, as a tail of a few hundred messages is usual between compactions and at 200 it
 # took two or three statements before the first token (bench ttft). A session never compacted
-# (an import) is read until the hard limit, checked after each page: a smaller page then, or
-# its first send read 2.5 times what it could use.
+# (an import) is read until the hard limit, checked after each page: a smaller page then, as
+# whatever a page reads past the limit is read for nothing.
 TAIL_PAGE = 500
 TAIL_PAGE_UNANCHORED = 200
 

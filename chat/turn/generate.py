@@ -148,7 +148,7 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
         # Submitted from here, not while preparing: this reply already counts as in flight, so
         # on a one-slot server the summary lets it go first (chat/llm/slots.py). And only once
         # the first token is out: a session imported without a summary compacts all of its
-        # history, which took the first token of PostgreSQL's first send from ~9 to ~22 ms.
+        # history, whose reads and summarising would compete with the reply for the CPU.
         gen.after_first_token(
             lambda: background_submit(
                 _compact_in_background, session_id=session_id, trigger="before_send"

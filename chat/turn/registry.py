@@ -57,6 +57,13 @@ def control_group(session_id: int) -> str:
 AFTER_FIRST_TOKEN_DELAY_SECONDS = 0.05
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 @dataclass(slots=True, kw_only=True)
 class Generation:
     session_id: int
@@ -94,23 +101,16 @@ class Generation:
 
     def first_token_passed(self, *, written_first: bool = False) -> None:
         """Release the held work. `written_first`: the token was only published; its
-        subscribers write it on the next turns of the event loop, and a thread started now
-        (a compaction) would hold the GIL meanwhile (a 5 ms switch interval): PostgreSQL's
-        imported first send measured ~15 ms later. So the work starts a moment after."""
+        subscribers write it on the next turns of the event loop, and a thread started now (a
+        compaction) could take the GIL first (a 5 ms switch interval). So the work starts a
+        moment after, when there is a loop to wait on."""
         pending, self._after_first_token = self._after_first_token, None
-        if not pending:
-            return
-        if written_first:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                loop = None
-            if loop is not None:
-                for fn in pending:
-                    loop.call_later(AFTER_FIRST_TOKEN_DELAY_SECONDS, fn)
-                return
-        for fn in pending:
-            fn()
+        loop = _running_loop() if written_first else None
+        for fn in pending or ():
+            if loop is None:
+                fn()
+            else:
+                loop.call_later(AFTER_FIRST_TOKEN_DELAY_SECONDS, fn)
 
     def stream_started(self, *, message_id: int, parts: list[str]) -> None:
         self.parts[message_id] = parts
