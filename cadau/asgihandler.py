@@ -47,8 +47,11 @@ class ASGIHandler(DjangoASGIHandler):
         super().__init__()  # the async chain, for async views
         self._sync = BaseHandler()
         self._sync.load_middleware(is_async=False)
-        self._threads = ThreadPoolExecutor(
+        threads = ThreadPoolExecutor(
             max_workers=settings.HTTP_THREADS, thread_name_prefix="cadau-http"
+        )
+        self._serve: Callable[..., Any] = database_sync_to_async(
+            self._served, thread_sensitive=False, executor=threads
         )
 
     def _served(self, request: HttpRequest) -> HttpResponseBase:
@@ -62,10 +65,7 @@ class ASGIHandler(DjangoASGIHandler):
         if _view_is_async(request.path_info):
             return await super().get_response_async(request)
         request.META[RESOLVED_ON_LOOP] = True
-        serve: Callable[..., Any] = database_sync_to_async(
-            self._served, thread_sensitive=False, executor=self._threads
-        )
-        response: HttpResponseBase = await serve(request)
+        response: HttpResponseBase = await self._serve(request)
         if not isinstance(response, DeferredResponse):
             return response
         try:
