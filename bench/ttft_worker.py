@@ -20,6 +20,8 @@ from typing import Any
 
 import django
 
+from bench.dbstats import statistics_refreshed
+
 USER = "bench-ttft"
 # Not a secret: a throwaway account in a throwaway database that only loopback can reach.
 PASSWORD = "bench-password-not-a-secret"
@@ -108,8 +110,7 @@ def _vacuumed() -> None:
     from django.db import connection
 
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("VACUUM ANALYZE chat_sessions")
+        statistics_refreshed(tables=("chat_sessions",))
 
 
 def prepare(*, sizes: list[int], fresh: int, label: str) -> dict[str, Any]:
@@ -146,14 +147,12 @@ def prepare(*, sizes: list[int], fresh: int, label: str) -> dict[str, Any]:
     sessions["fresh"] = [
         ChatSession.objects.create(owner=user, title="ttft-fresh").pk for _ in range(fresh)
     ]
+    statistics_refreshed()
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("VACUUM ANALYZE chat_messages")
-            cursor.execute("VACUUM ANALYZE chat_sessions")
             cursor.execute("SHOW server_version")
             version = f"PostgreSQL {cursor.fetchone()[0]}"
         else:
-            cursor.execute("ANALYZE")
             cursor.execute("SELECT sqlite_version()")
             version = f"SQLite {cursor.fetchone()[0]}"
     client = Client()

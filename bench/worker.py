@@ -18,6 +18,8 @@ from typing import Any
 
 import django
 
+from bench.dbstats import statistics_refreshed
+
 BENCH_USER = "bench"
 # Not a secret: a throwaway account in a throwaway database that only loopback can reach.
 BENCH_PASSWORD = "bench-password-not-a-secret"
@@ -91,12 +93,7 @@ def prepare(*, sizes: list[int], builds_path: Path, label: str, rebuild: bool) -
         # Fresh statistics (and, on PostgreSQL, a visibility map so COUNT can use an index-only
         # scan): what a production database that autovacuum has seen would have.
         _log(f"[{label}] analyzing ...")
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute("VACUUM ANALYZE chat_messages")
-                cursor.execute("VACUUM ANALYZE chat_sessions")
-            else:
-                cursor.execute("ANALYZE")
+        statistics_refreshed()
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SHOW server_version")
