@@ -1,6 +1,7 @@
 """ASGI entry point: HTTP through Django, WebSockets through Channels."""
 
 import asyncio
+import gc
 import os
 from typing import Any
 
@@ -19,6 +20,7 @@ django_asgi_app = ASGIHandler()
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
+from django.urls import get_resolver  # noqa: E402
 
 from cadau.bodylimit import BodySizeLimit  # noqa: E402
 from cadau.origins import SameOriginValidator  # noqa: E402
@@ -34,6 +36,14 @@ router = ProtocolTypeRouter(
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# Every view imported now rather than at its first request, so that it is frozen below.
+get_resolver().url_patterns  # noqa: B018
+# What is loaded by now lives as long as the process: out of the cyclic collector's sight.
+# Each full collection walked all of it (~140k objects), 25-50 ms with the GIL held, and
+# whichever send's first token was due waited (bench ttft: the p95 and p99 outliers).
+gc.collect()
+gc.freeze()
 
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
