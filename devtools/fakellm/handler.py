@@ -77,6 +77,8 @@ class Handler(BaseHTTPRequestHandler):
     server: HTTPServer
     # Tokens are tiny writes; Nagle + delayed ACK would add ~40 ms to each.
     disable_nagle_algorithm = True
+    # The body of the request being handled, as received (what a Call keeps).
+    raw_body = b""
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # tests and benchmarks do not want a line per request
@@ -90,6 +92,7 @@ class Handler(BaseHTTPRequestHandler):
     def _read_json(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        self.raw_body = raw
         if not raw:
             return {}
         return json.loads(raw)
@@ -230,7 +233,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self, body: dict[str, Any]) -> None:
         headers = {k.lower(): v for k, v in self.headers.items()}
-        admission = self.fake._admit(body=body, headers=headers)
+        admission = self.fake._admit(body=body, raw_body=self.raw_body, headers=headers)
         call = admission.call
         model = str(
             body.get("model") or ("fake-summary" if call.kind == "summary" else "fake-chat")

@@ -237,7 +237,9 @@ class FakeLLMServer:
         with self._lock:
             return self._waiting > 0
 
-    def _admit(self, *, body: dict[str, Any], headers: dict[str, str]) -> Admission:
+    def _admit(
+        self, *, body: dict[str, Any], raw_body: bytes, headers: dict[str, str]
+    ) -> Admission:
         """Record the call and decide, atomically, which fault or script it gets."""
         raw = body.get("messages")
         messages: list[Message] = raw if isinstance(raw, list) else []
@@ -268,7 +270,7 @@ class FakeLLMServer:
             call = Call(
                 index=index,
                 kind=kind,
-                body=body,
+                raw_body=raw_body,
                 headers=headers,
                 stream=bool(body.get("stream")),
                 fault=fault.kind if fault else None,

@@ -103,6 +103,9 @@ def test_calls_are_counted_by_kind_with_their_bodies(fake_llm, provider):
     kinds = [(c.index, c.kind, c.stream) for c in fake_llm.calls]
     assert kinds == [(1, "chat", False), (2, "summary", False), (3, "chat", True)]
     assert fake_llm.calls[1].body["messages"] == SUMMARY
+    # Kept as received, out of the garbage collector's sight (a benchmark makes thousands).
+    assert isinstance(fake_llm.calls[1].raw_body, bytes)
+    assert fake_llm.calls_json()["calls"][1]["body"]["messages"] == SUMMARY
     fake_llm.reset()
     assert fake_llm.call_count == 0
 

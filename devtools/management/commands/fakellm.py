@@ -6,6 +6,7 @@ point LLM_BASE_URL at the printed URL. Drive it through its /_control/ endpoints
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -47,6 +48,11 @@ class Command(BaseCommand):
             f"GET {server.url}/_control/calls\n"
             "Ctrl-C to stop."
         )
+        # Django and the server, loaded by now, live as long as the process: out of the cyclic
+        # collector's sight, so that a full collection does not stall a streamed reply that a
+        # benchmark is timing (as cadau/asgi.py does for the app).
+        gc.collect()
+        gc.freeze()
         try:
             server.serve_forever()
         except KeyboardInterrupt:
