@@ -107,7 +107,7 @@ def _iter_range(*, session: ChatSession, lower: int | None, stop: int) -> Iterat
     cursor = lower
     while True:
         page_qs = qs if cursor is None else qs.filter(id__gte=cursor)
-        page, last_id, read = tail_page(page_qs, order="id", limit=TAIL_PAGE)
+        page, last_id, read, _ = tail_page(page_qs, order="id", limit=TAIL_PAGE)
         yield from page
         if read < TAIL_PAGE:
             return

@@ -27,7 +27,7 @@ from chat.llm.window import (
     window_learned,
 )
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, ChatSession, MessageRole
-from chat.queries import message_exists, message_rows
+from chat.queries import message_rows
 
 # Rows fetched per round trip while reading the verbatim tail newest-first. A compacted
 # session's read is bounded by its anchor (its tail since the anchor is all there is): one
@@ -88,13 +88,20 @@ def for_model(rows: Iterable[ChatMessage]) -> Iterator[TailMessage]:
 
 
 def tail_page(
-    qs: Any, *, order: Literal["id", "-id"], limit: int
-) -> tuple[list[TailMessage], int, int]:
-    """One page of `qs` in `order`, as the model is sent it, the last id read (0 for none) and
-    the number of rows read.
+    qs: Any, *, order: Literal["id", "-id"], limit: int, peek: bool = False
+) -> tuple[list[TailMessage], int, int, bool]:
+    """One page of `qs` in `order`, as the model is sent it, the last id read (0 for none), the
+    number of rows read and whether `qs` has rows past the page. That last is only known with
+    `peek` (one row more is fetched and left out; else it is False), which answers "is there
+    more?" in the page's own statement instead of a second one.
     Tuples, not model instances: building a ChatMessage per row was most of a send's tail
     read, and every send of a long chat reads a page of it before the first token."""
-    rows = list(message_rows(qs, order=order, limit=limit).values_list(*TAIL_FIELDS))
+    rows = list(
+        message_rows(qs, order=order, limit=limit + 1 if peek else limit).values_list(*TAIL_FIELDS)
+    )
+    more = len(rows) > limit
+    if more:
+        del rows[limit:]
     page = [
         TailMessage(
             id=mid,
@@ -107,7 +114,7 @@ def tail_page(
         for mid, role, content, tool_calls, tool_call_id, status in rows
         if status not in EXCLUDED_FROM_MODEL
     ]
-    return page, (rows[-1][0] if rows else 0), len(rows)
+    return page, (rows[-1][0] if rows else 0), len(rows), more
 
 
 @dataclass(slots=True)
@@ -183,16 +190,16 @@ def context_state_read(
     while True:
         page_qs = qs if upper is None else qs.filter(id__lt=upper)
         take = min(page_size, cfg.history_read_limit - rows_read)
-        page, last_id, read = tail_page(page_qs, order="-id", limit=take)
+        page, last_id, read, more = tail_page(page_qs, order="-id", limit=take, peek=True)
         rows_read += read
         for msg in page:
             newest_first.append(msg)
             runes += msg.runes
-        if read < take:
+        if not more:
             break  # reached the anchor
         upper = last_id
         if runes > budget_left or rows_read >= cfg.history_read_limit:
-            backlog = message_exists(tail_queryset(session).filter(id__lt=upper))
+            backlog = True
             break
     newest_first.reverse()
     state = ContextState(

@@ -299,6 +299,35 @@ def test_backlog_beyond_the_read_window_is_folded_in_chunks(fake_llm, settings):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("messages", "statements", "backlog"),
+    [(30, 1, False), (40, 1, False), (41, 2, False), (200, 2, True)],
+)
+def test_the_tail_read_is_one_statement_a_page_and_knows_the_backlog_from_it(
+    settings, monkeypatch, django_assert_num_queries, messages, statements, backlog
+):
+    """A never-compacted session is read newest-first, a page at a time, until the budget: each
+    page fetches one row more than it keeps, which says whether older rows are left (the
+    backlog) with no statement of its own, and a page that is exactly the rest of the tail
+    needs no empty page after it."""
+    import chat.context.state as state_module
+
+    settings.CHAT_CONTEXT = ContextConfig(input_budget_runes=3000, min_verbatim=2)
+    monkeypatch.setattr(state_module, "TAIL_PAGE_UNANCHORED", 40)
+    session = ChatSessionFactory.create()
+    for i in range(messages):
+        role = MessageRole.USER if i % 2 == 0 else MessageRole.ASSISTANT
+        ChatMessage.objects.create(session=session, role=role, content="x" * 40)
+    session.refresh_from_db()
+    prompt = ctx.system_prompt_load(session=session)
+    with django_assert_num_queries(statements):
+        state = ctx.context_state_read(session=session, prompt=prompt)
+    assert state.backlog is backlog
+    assert state.rows_read == min(messages, 80)
+    assert [m.id for m in state.tail] == sorted(m.id for m in state.tail)
+
+
+@pytest.mark.django_db
 def test_payload_never_exceeds_the_hard_limit_and_huge_messages_are_refused(fake_llm, small_budget):
     session = _long_session(turns=3)
     ChatMessage.objects.create(session=session, role="user", content="q" * 5000)
