@@ -38,6 +38,7 @@ from chat.llm.codec import (  # noqa: F401 - classify_error, _SSELines: part of 
     _SSELines,
     _StreamState,
     classify_error,
+    request_content,
     transport_error,
 )
 from chat.llm.transport import AiohttpTransport, loop_is_long_lived
@@ -130,6 +131,8 @@ class OpenAICompatProvider:
         self._headers = {"Accept": "application/json", "User-Agent": "cadau"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
+        # The request bodies are encoded here (codec.request_content), not by httpx's json=.
+        self._json_headers = {**self._headers, "Content-Type": "application/json"}
         self._client = httpx.Client(timeout=self._timeout, limits=self._limits)
         # An AsyncClient is bound to the event loop that first used it; Django runs several
         # loops (per thread, per test), so each loop gets its own.
@@ -185,7 +188,7 @@ class OpenAICompatProvider:
     def _stream_headers(self) -> dict[str, str]:
         # identity: a token is a few bytes; compressing each chunk saves nothing, and an
         # uncompressed body is read as is (astream_chat).
-        return {**self._headers, "Accept": "text/event-stream", "Accept-Encoding": "identity"}
+        return {**self._json_headers, "Accept": "text/event-stream", "Accept-Encoding": "identity"}
 
     def models_listing(self) -> Any:
         """GET /models: what the server says it serves (chat/llm/window.py reads windows from
@@ -218,7 +221,9 @@ class OpenAICompatProvider:
         attempt = 0
         while True:
             try:
-                response = self._client.post(self._url, json=body, headers=self._headers)
+                response = self._client.post(
+                    self._url, content=request_content(body), headers=self._json_headers
+                )
                 if response.status_code != 200:
                     raise self._codec.error_from_response(
                         status=response.status_code, raw=response.content, headers=response.headers
@@ -261,7 +266,9 @@ class OpenAICompatProvider:
         attempt = 0
         while True:
             try:
-                response = await client.post(self._url, json=body, headers=self._headers)
+                response = await client.post(
+                    self._url, content=request_content(body), headers=self._json_headers
+                )
                 if response.status_code != 200:
                     raise self._codec.error_from_response(
                         status=response.status_code, raw=response.content, headers=response.headers
@@ -341,7 +348,7 @@ class OpenAICompatProvider:
             body = self._stream_body(messages=messages, model=model, tools=tools)
             try:
                 with self._client.stream(
-                    "POST", self._url, json=body, headers=self._stream_headers()
+                    "POST", self._url, content=request_content(body), headers=self._stream_headers()
                 ) as response:
                     if response.status_code != 200:
                         raise self._codec.error_from_response(
@@ -399,7 +406,7 @@ class OpenAICompatProvider:
             body = self._stream_body(messages=messages, model=model, tools=tools)
             try:
                 async with client.stream(
-                    "POST", self._url, json=body, headers=self._stream_headers()
+                    "POST", self._url, content=request_content(body), headers=self._stream_headers()
                 ) as response:
                     if response.status_code != 200:
                         raise self._codec.error_from_response(

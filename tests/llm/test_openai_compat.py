@@ -50,6 +50,22 @@ def test_complete_returns_text_usage_and_model(provider, fake_llm, mode):
     assert "stream" not in body
 
 
+@pytest.mark.parametrize("how", ["complete", "stream"])
+def test_the_body_is_json_as_sent_whatever_it_holds(provider, fake_llm, mode, how):
+    """Encoded by orjson (codec.request_content), with the stdlib for what orjson refuses: a
+    tool's arguments may hold an integer past 64 bits."""
+    messages = [{"role": "user", "content": "naïve café 你好 \u2028 \"quoted\""}]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"max": 2**70}}}]
+    if how == "complete":
+        complete(provider, mode, messages=messages, tools=tools)
+    else:
+        stream(provider, mode, messages=messages, tools=tools)
+    call = fake_llm.calls[-1]
+    assert call.headers["content-type"] == "application/json"
+    assert call.body["messages"] == messages
+    assert call.body["tools"][0]["function"]["parameters"]["max"] == 2**70
+
+
 def test_auth_header_is_sent(provider, fake_llm, mode):
     complete(provider, mode, messages=USER_HI)
     assert fake_llm.calls[-1].headers["authorization"] == "Bearer test-key"
