@@ -54,7 +54,7 @@ def test_complete_returns_text_usage_and_model(provider, fake_llm, mode):
 def test_the_body_is_json_as_sent_whatever_it_holds(provider, fake_llm, mode, how):
     """Encoded by orjson (codec.request_content), with the stdlib for what orjson refuses: a
     tool's arguments may hold an integer past 64 bits."""
-    messages = [{"role": "user", "content": "naïve café 你好 \u2028 \"quoted\""}]
+    messages = [{"role": "user", "content": 'naïve café 你好 \u2028 "quoted"'}]
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"max": 2**70}}}]
     if how == "complete":
         complete(provider, mode, messages=messages, tools=tools)
