@@ -21,6 +21,7 @@ from chat.errors import NotFound, ReplyInProgress, TooManyReplies
 from chat.events import event_publish_on_commit
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.queries import message_rows
+from chat.search.backends import search_index_tidy
 from chat.shapes import message_payload
 from chat.turn.checks import SendRequest, send_checked
 
@@ -290,7 +291,8 @@ def reply_finish(
     version and agent `session` was read with, so the caller learns for free whether its
     context moved: at the end of 200 replies at once each query is GIL time the other replies'
     last tokens wait for. A row no longer streaming (swept, cancelled meanwhile), or a reply
-    that did not complete, takes the locked read-and-write instead."""
+    that did not complete, takes the locked read-and-write instead.
+    Then the search index is tidied (search_index_tidy), as no one waits on a reply's end."""
     now = timezone.now()
     if status == MessageStatus.COMPLETE:
         merged = {**message.metadata, **(metadata or {})}
@@ -312,6 +314,7 @@ def reply_finish(
                 ChatSession.objects.filter(pk=session.pk).update(last_activity_at=now)
             message.content, message.status, message.metadata = content, status, merged
             message.updated_at = now
+            search_index_tidy()
             return ReplyFinished(message=message, context_unchanged=unchanged)
     with transaction.atomic():
         row = ChatMessage.objects.select_for_update().get(pk=message.pk)
@@ -321,6 +324,7 @@ def reply_finish(
             row.metadata = {**row.metadata, **metadata}
         row.save(update_fields=["content", "status", "metadata", "updated_at"])
         ChatSession.objects.filter(pk=row.session_id).update(last_activity_at=timezone.now())
+    search_index_tidy()
     return ReplyFinished(message=row, context_unchanged=False)
 
 

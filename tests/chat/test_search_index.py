@@ -1,4 +1,4 @@
-"""The search index's database objects (chat/migrations/0006, 0007) and the search's limits:
+"""The search index's database objects (chat/migrations/0006 to 0008) and the search's limits:
 the owner column every insert path fills, Unicode case on both halves of a search, queries with
 nothing to index, the FTS5 table's own consistency checks, and the time limit of a whole search."""
 
@@ -171,3 +171,45 @@ def test_the_search_objects_exist_after_the_migrations():
             ]
             cursor.execute("SELECT tgname FROM pg_trigger WHERE tgname = 'chat_message_owner_fill'")
             assert cursor.fetchall() == [("chat_message_owner_fill",)]
+
+
+def _fts_pages() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM chat_message_fts_data")
+        return int(cursor.fetchone()[0])
+
+
+@sqlite_only
+@pytest.mark.django_db(transaction=True)
+def test_fts5_segments_are_merged_after_a_reply_not_in_the_commit_that_wrote_them(owner):
+    """Migration 0008: a commit that indexes a message only adds its segment (merging there
+    stalled a send's first token); search_index_tidy, run after each reply's final write,
+    merges them, and the index still finds every message."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT v FROM chat_message_fts_config WHERE k = 'automerge'")
+        assert cursor.fetchone() == (0,)
+    session = ChatSessionFactory(owner=owner)
+    # One commit each, as sends are: one segment each, none merged by the commits.
+    messages = [ChatMessageFactory(session=session, content=f"otter {i} swims") for i in range(12)]
+    unmerged = _fts_pages()
+    backends.search_index_tidy()
+    assert _fts_pages() < unmerged
+    scope = Scope(owner_id=owner.pk)
+    found = message_ids_search(scope=scope, query="otter", limit=20).ids
+    assert sorted(found) == sorted(m.pk for m in messages)
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO chat_message_fts(chat_message_fts) VALUES ('integrity-check')")
+
+
+def test_a_finished_reply_tidies_the_search_index(owner, monkeypatch):
+    from chat.turn import rows
+
+    tidied = []
+    monkeypatch.setattr(rows, "search_index_tidy", lambda: tidied.append(True))
+    session = ChatSessionFactory(owner=owner)
+    reply = ChatMessageFactory(
+        session=session, role=MessageRole.ASSISTANT, content="", status=MessageStatus.STREAMING
+    )
+    rows.reply_finish(message=reply, session=session, content="done", status=MessageStatus.COMPLETE)
+    rows.reply_finish(message=reply, session=session, content="x", status=MessageStatus.FAILED)
+    assert tidied == [True, True]
