@@ -98,6 +98,24 @@ async def test_a_sync_view_and_its_middleware_run_on_one_http_thread(handler):
     assert response.headers["X-Content-Type-Options"] == "nosniff"
 
 
+async def test_a_sync_view_starts_no_thread_of_its_own(handler, monkeypatch):
+    """Django wraps each request in a ThreadSensitiveContext, which started a thread for the
+    request's signal receivers and another to join it; a sync view's request needs neither."""
+    async with _client(handler) as client:
+        await client.get("/sync")  # the pool's threads start at the first request
+        started: list[str] = []
+        start = threading.Thread.start
+
+        def counted(thread: threading.Thread) -> None:
+            started.append(thread.name)
+            start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", counted)
+        for _ in range(5):
+            assert (await client.get("/sync")).status_code == 200
+    assert started == []
+
+
 async def test_an_async_view_stays_on_the_loop_with_the_middleware(handler):
     loop_thread = threading.current_thread().name
     async with _client(handler) as client:
