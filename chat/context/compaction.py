@@ -47,7 +47,7 @@ from chat.context.state import (
     context_state_read,
     tail_page,
 )
-from chat.models import ChatMessage, ChatSession, MessageRole, SnapshotOutcome
+from chat.models import ChatSession, MessageRole, SnapshotOutcome
 
 logger = logging.getLogger("chat.context")
 
@@ -103,11 +103,11 @@ def _chunks(
 
 
 def _iter_range(*, session: ChatSession, lower: int | None, stop: int) -> Iterator[TailMessage]:
-    qs = ChatMessage.objects.filter(session_id=session.pk, id__lt=stop)
     cursor = lower
     while True:
-        page_qs = qs if cursor is None else qs.filter(id__gte=cursor)
-        page, last_id, read, _ = tail_page(page_qs, order="id", limit=TAIL_PAGE)
+        page, last_id, read, _ = tail_page(
+            session_id=session.pk, order="id", limit=TAIL_PAGE, from_id=cursor, below_id=stop
+        )
         yield from page
         if read < TAIL_PAGE:
             return

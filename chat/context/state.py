@@ -27,7 +27,7 @@ from chat.llm.window import (
     window_learned,
 )
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, ChatSession, MessageRole
-from chat.queries import message_rows
+from chat.queries import message_tail_rows
 
 # Rows fetched per round trip while reading the verbatim tail newest-first. A compacted
 # session's read is bounded by its anchor (its tail since the anchor is all there is): one
@@ -41,9 +41,6 @@ TAIL_PAGE_UNANCHORED = 200
 
 def _tail_page_size(session: ChatSession) -> int:
     return TAIL_PAGE if session.verbatim_since_message_id is not None else TAIL_PAGE_UNANCHORED
-
-
-TAIL_FIELDS = ("id", "role", "content", "tool_calls", "tool_call_id", "status")
 
 
 def message_runes(*, content: str, tool_calls: Any = None) -> int:
@@ -88,16 +85,27 @@ def for_model(rows: Iterable[ChatMessage]) -> Iterator[TailMessage]:
 
 
 def tail_page(
-    qs: Any, *, order: Literal["id", "-id"], limit: int, peek: bool = False
+    *,
+    session_id: int,
+    order: Literal["id", "-id"],
+    limit: int,
+    from_id: int | None = None,
+    below_id: int | None = None,
+    peek: bool = False,
 ) -> tuple[list[TailMessage], int, int, bool]:
-    """One page of `qs` in `order`, as the model is sent it, the last id read (0 for none), the
-    number of rows read and whether `qs` has rows past the page. That last is only known with
-    `peek` (one row more is fetched and left out; else it is False), which answers "is there
-    more?" in the page's own statement instead of a second one.
+    """One page of the session's messages with `from_id <= id < below_id` in `order`, as the
+    model is sent them, the last id read (0 for none), the number of rows read and whether
+    more rows lie past the page. That last is only known with `peek` (one row more is fetched
+    and left out; else it is False), which answers "is there more?" in the page's own
+    statement instead of a second one.
     Tuples, not model instances: building a ChatMessage per row was most of a send's tail
     read, and every send of a long chat reads a page of it before the first token."""
-    rows = list(
-        message_rows(qs, order=order, limit=limit + 1 if peek else limit).values_list(*TAIL_FIELDS)
+    rows = message_tail_rows(
+        session_id=session_id,
+        order=order,
+        limit=limit + 1 if peek else limit,
+        from_id=from_id,
+        below_id=below_id,
     )
     more = len(rows) > limit
     if more:
@@ -109,7 +117,9 @@ def tail_page(
             content=content,
             tool_calls=tool_calls,
             tool_call_id=tool_call_id,
-            runes=message_runes(content=content, tool_calls=tool_calls),
+            runes=len(content) + len(json.dumps(tool_calls, ensure_ascii=False))
+            if tool_calls
+            else len(content),
         )
         for mid, role, content, tool_calls, tool_call_id, status in rows
         if status not in EXCLUDED_FROM_MODEL
@@ -158,16 +168,6 @@ class ContextState:
         return self.system_runes + self.tail_runes
 
 
-def tail_queryset(session: ChatSession) -> Any:
-    """The session's rows from the anchor on. No status condition in SQL: the keyset reads must
-    be answerable from chat_msg_session_id_idx alone (a status filter sends PostgreSQL back to
-    walking the primary key); the few streaming/failed rows are skipped in Python instead."""
-    qs = ChatMessage.objects.filter(session_id=session.pk)
-    if session.verbatim_since_message_id is not None:
-        qs = qs.filter(id__gte=session.verbatim_since_message_id)
-    return qs
-
-
 def context_state_read(
     *, session: ChatSession, query: str = "", prompt: SystemPrompt | None = None
 ) -> ContextState:
@@ -185,12 +185,17 @@ def context_state_read(
     runes = 0
     backlog = False
     upper: int | None = None
-    qs = tail_queryset(session)
     page_size = _tail_page_size(session)
     while True:
-        page_qs = qs if upper is None else qs.filter(id__lt=upper)
         take = min(page_size, cfg.history_read_limit - rows_read)
-        page, last_id, read, more = tail_page(page_qs, order="-id", limit=take, peek=True)
+        page, last_id, read, more = tail_page(
+            session_id=session.pk,
+            order="-id",
+            limit=take,
+            from_id=session.verbatim_since_message_id,
+            below_id=upper,
+            peek=True,
+        )
         rows_read += read
         for msg in page:
             newest_first.append(msg)

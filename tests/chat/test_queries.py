@@ -1,0 +1,46 @@
+"""chat/queries.py: the raw tail read agrees with the ORM's, on both databases."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat.models import ChatMessage, MessageRole, MessageStatus
+from chat.queries import TAIL_COLUMNS, message_rows, message_tail_rows
+from tests.factories import ChatSessionFactory, make_conversation
+
+pytestmark = pytest.mark.django_db
+
+CALLS = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"q": "ü"}'}}]
+
+
+def _orm(qs, *, order, limit):
+    return list(message_rows(qs, order=order, limit=limit).values_list(*TAIL_COLUMNS))
+
+
+@pytest.mark.parametrize("order", ["id", "-id"])
+def test_the_raw_tail_read_returns_what_the_orm_would(order):
+    session = ChatSessionFactory()
+    other = ChatSessionFactory()
+    messages = make_conversation(session, turns=10)
+    make_conversation(other, turns=10)  # interleaved ids of another session are left out
+    ChatMessage.objects.create(
+        session=session, role=MessageRole.ASSISTANT, content="", tool_calls=CALLS
+    )
+    ChatMessage.objects.create(
+        session=session, role=MessageRole.ASSISTANT, content="half", status=MessageStatus.STREAMING
+    )
+    ids = [m.pk for m in messages]
+    qs = ChatMessage.objects.filter(session_id=session.pk)
+    cases = [
+        ({}, qs),
+        ({"from_id": ids[5]}, qs.filter(id__gte=ids[5])),
+        ({"below_id": ids[12]}, qs.filter(id__lt=ids[12])),
+        ({"from_id": ids[3], "below_id": ids[9]}, qs.filter(id__gte=ids[3], id__lt=ids[9])),
+    ]
+    for bounds, expected in cases:
+        for limit in (1, 5, 100):
+            raw = message_tail_rows(session_id=session.pk, order=order, limit=limit, **bounds)
+            assert raw == _orm(expected, order=order, limit=limit), (bounds, limit)
+    newest = message_tail_rows(session_id=session.pk, order="-id", limit=2)
+    assert newest[1][3] == CALLS  # decoded, as the JSONField would
+    assert newest[0][5] == MessageStatus.STREAMING  # the caller filters, not the SQL
