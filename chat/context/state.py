@@ -43,6 +43,21 @@ def _tail_page_size(session: ChatSession) -> int:
     return TAIL_PAGE if session.verbatim_since_message_id is not None else TAIL_PAGE_UNANCHORED
 
 
+# Rows a later page of a tail read is sized at above the estimate, and its least size.
+PAGE_MARGIN = 1.25
+PAGE_MIN = 20
+
+
+def _next_page(page_size: int, rows_read: int, runes: int, budget_left: int) -> int:
+    """The first page is `page_size`; a later one only as many rows as the runes still needed
+    take at the average size of the rows read so far, with a margin: a session never compacted
+    whose newest 200 messages were short read another 200 for the dozens it needed."""
+    if not rows_read or runes <= 0:
+        return page_size
+    needed = (budget_left - runes) * rows_read / runes
+    return max(PAGE_MIN, min(page_size, int(needed * PAGE_MARGIN) + 1))
+
+
 def message_runes(*, content: str, tool_calls: Any = None) -> int:
     runes = len(content)
     if tool_calls:
@@ -187,7 +202,9 @@ def context_state_read(
     upper: int | None = None
     page_size = _tail_page_size(session)
     while True:
-        take = min(page_size, cfg.history_read_limit - rows_read)
+        take = min(
+            _next_page(page_size, rows_read, runes, budget_left), cfg.history_read_limit - rows_read
+        )
         page, last_id, read, more = tail_page(
             session_id=session.pk,
             order="-id",

@@ -388,3 +388,25 @@ def test_truncation_before_the_anchor_after_real_compactions_rewinds(fake_llm, s
     session.refresh_from_db()
     assert session.context_summary == "first summary"
     assert session.verbatim_since_message_id == first_anchor
+
+
+@pytest.mark.django_db
+def test_a_later_tail_page_is_sized_from_the_runes_still_needed(
+    settings, monkeypatch, django_assert_num_queries
+):
+    import chat.context.state as state_module
+
+    settings.CHAT_CONTEXT = ContextConfig(input_budget_runes=3000, min_verbatim=2)
+    monkeypatch.setattr(state_module, "TAIL_PAGE_UNANCHORED", 40)
+    session = ChatSessionFactory.create()
+    for i in range(100):
+        role = MessageRole.USER if i % 2 == 0 else MessageRole.ASSISTANT
+        ChatMessage.objects.create(session=session, role=role, content="y" * 60)
+    session.refresh_from_db()
+    prompt = ctx.system_prompt_load(session=session)
+    with django_assert_num_queries(2):
+        state = ctx.context_state_read(session=session, prompt=prompt)
+    # 40 rows held 2,400 of the ~2,900 runes: the second page is the least one, 20 rows, not
+    # another 40.
+    assert state.rows_read == 60
+    assert state.backlog
