@@ -13,7 +13,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from chat.context import ContextState, Payload, SendCompaction, SystemPrompt
@@ -116,6 +115,35 @@ def _reply_active_else_sweep(session: ChatSession) -> bool:
     return False
 
 
+# Both answered by chat_msg_streaming_idx (partial: the few streaming rows).
+_STAMP_SEEING_THE_OWNERS_REPLIES = (
+    "UPDATE chat_sessions SET message_count = message_count + 2, last_activity_at = %s "
+    "WHERE id = %s RETURNING EXISTS(SELECT 1 FROM chat_messages m WHERE m.status = 'streaming' "
+    "AND m.session_id IN (SELECT s.id FROM chat_sessions s WHERE s.owner_id = %s))"
+)
+_STAMP_SEEING_THIS_SESSIONS_REPLIES = (
+    "UPDATE chat_sessions SET message_count = message_count + 2, last_activity_at = %s "
+    "WHERE id = %s RETURNING EXISTS(SELECT 1 FROM chat_messages m WHERE m.status = 'streaming' "
+    "AND m.session_id = %s)"
+)
+
+
+def _stamped(*, session: ChatSession, now: Any) -> bool | None:
+    """Stamp the session list (two messages more, the last activity) with the UPDATE that takes
+    the session's lock, and say in the same statement whether any reply is streaming where
+    _reply_active_else_sweep would look (the owner's sessions under a cap, else this one):
+    when none is, as on almost every send, its read is skipped, one round trip fewer before
+    the first token. None when the session is gone."""
+    if settings.CHAT_MAX_CONCURRENT_REPLIES:
+        sql, scope = _STAMP_SEEING_THE_OWNERS_REPLIES, session.owner_id
+    else:
+        sql, scope = _STAMP_SEEING_THIS_SESSIONS_REPLIES, session.pk
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [connection.ops.adapt_datetimefield_value(now), session.pk, scope])
+        row = cursor.fetchone()
+    return None if row is None else bool(row[0])
+
+
 def _too_many(*, elsewhere: int, cap: int) -> TooManyReplies:
     return TooManyReplies(
         f"{elsewhere} of your replies are being generated in other chats; this server "
@@ -153,10 +181,8 @@ def turn_store(*, send: SendRequest) -> Turn:
         # The UPDATE that stamps the session list (the counter, the last activity) is what
         # takes the lock, as SELECT ... FOR UPDATE would: one statement fewer before the first
         # token (bench ttft). A send that stores nothing rolls it back.
-        stamped = ChatSession.objects.filter(pk=locked.pk).update(
-            message_count=F("message_count") + 2, last_activity_at=now
-        )
-        if not stamped:
+        streaming_seen = _stamped(session=locked, now=now)
+        if streaming_seen is None:
             raise NotFound()
         if client_id is not None:
             existing = ChatMessage.objects.filter(session=locked, client_id=client_id).first()
@@ -170,7 +196,7 @@ def turn_store(*, send: SendRequest) -> Turn:
                 )
                 transaction.set_rollback(True)  # a repeat stores nothing: the stamp is undone
                 return repeat
-        if _reply_active_else_sweep(locked):
+        if streaming_seen and _reply_active_else_sweep(locked):
             raise _busy()
         user_message = ChatMessage.objects.create(
             session=locked,

@@ -294,3 +294,36 @@ def test_a_prompt_past_the_models_window_is_recovered_and_the_window_learned(api
     second = send_streaming(api, session, "second question")
     assert second[-1]["message"]["status"] == "complete"
     assert fake_llm.count("chat") == refused + 1  # fitted at once
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("cap", [4, 0])
+def test_the_stamp_says_whether_a_reply_streams_so_a_quiet_send_skips_that_read(
+    settings, owner, cap
+):
+    """turn_store's stamp UPDATE also answers "is any reply streaming where the busy check
+    looks?": on the usual send (none is) the streaming rows are not read at all; with one
+    streaming they are, and the send is refused as busy."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from chat.errors import ReplyInProgress
+    from chat.turn.checks import SendRequest
+    from chat.turn.rows import turn_store
+
+    settings.CHAT_MAX_CONCURRENT_REPLIES = cap
+    session = ChatSessionFactory.create(owner=owner)
+
+    def store(content: str) -> list[str]:
+        send = SendRequest(user=owner, session_id=session.pk, content=content, client_id=None)
+        with CaptureQueriesContext(connection) as queries:
+            turn_store(send=send)
+        return [q["sql"] for q in queries.captured_queries]
+
+    quiet = store("first")
+    assert not any("streaming" in sql and sql.startswith("SELECT") for sql in quiet)
+    # The first send's reply row is still `streaming` (nothing generated it here): busy.
+    with pytest.raises(ReplyInProgress):
+        store("second")
+    session.refresh_from_db()
+    assert session.message_count == 2  # the refused send's stamp was rolled back
