@@ -85,12 +85,23 @@ def _summarised(session: Any) -> None:
 
 
 def unsummarise(*, session_id: int) -> dict[str, Any]:
-    """Back to how an import or seed_demo leaves a session: no summary at all."""
+    """Back to how an import or seed_demo leaves a session: no summary at all, and none of the
+    messages earlier imported sends added (their short exchanges piled up at the session's end
+    run after run, until its newest 200 rows no longer filled the budget: a second page of
+    tail read that a session as imported does not need)."""
     from django.db.models import F
 
-    from chat.models import ChatSession
+    from chat.models import ChatMessage, ChatSession
 
+    added = (
+        ChatMessage.objects.filter(session_id=session_id)
+        .order_by("id")
+        .values_list("id", flat=True)[IMPORTED_SIZE : IMPORTED_SIZE + 1]
+    )
+    if added:
+        ChatMessage.objects.filter(session_id=session_id, id__gte=added[0]).delete()
     ChatSession.objects.filter(pk=session_id).update(
+        message_count=ChatMessage.objects.filter(session_id=session_id).count(),
         context_summary="",
         verbatim_since_message_id=None,
         context_version=F("context_version") + 1,
@@ -106,11 +117,13 @@ def _vacuumed() -> None:
     updated the session row once per chunk, and thousands of dead versions of it made every
     read of the row slower (a session read took ~2 ms): an artifact of sending to the same
     session again and again, not something a freshly imported session carries, and what
-    autovacuum clears in production."""
+    autovacuum clears in production. chat_messages too: the earlier sends' rows just deleted
+    (unsummarise) would otherwise sit dead at the top of the session's index, where the tail
+    read starts."""
     from django.db import connection
 
     if connection.vendor == "postgresql":
-        statistics_refreshed(tables=("chat_sessions",))
+        statistics_refreshed(tables=("chat_sessions", "chat_messages"))
 
 
 def prepare(*, sizes: list[int], fresh: int, label: str) -> dict[str, Any]:
