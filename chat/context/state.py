@@ -132,9 +132,7 @@ def tail_page(
             content=content,
             tool_calls=tool_calls,
             tool_call_id=tool_call_id,
-            runes=len(content) + len(json.dumps(tool_calls, ensure_ascii=False))
-            if tool_calls
-            else len(content),
+            runes=message_runes(content=content, tool_calls=tool_calls),
         )
         for mid, role, content, tool_calls, tool_call_id, status in rows
         if status not in EXCLUDED_FROM_MODEL
