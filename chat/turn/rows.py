@@ -115,31 +115,26 @@ def _reply_active_else_sweep(session: ChatSession) -> bool:
     return False
 
 
-# Both answered by chat_msg_streaming_idx (partial: the few streaming rows).
-_STAMP_SEEING_THE_OWNERS_REPLIES = (
+# The stamp, and whether any of the owner's replies is streaming (chat_msg_streaming_idx, the
+# partial index of the few streaming rows, answers it). The owner's sessions whatever the cap:
+# without one the busy check only reads this session's rows, and an owner's reply streaming
+# elsewhere merely costs that read.
+_STAMP = (
     "UPDATE chat_sessions SET message_count = message_count + 2, last_activity_at = %s "
     "WHERE id = %s RETURNING EXISTS(SELECT 1 FROM chat_messages m WHERE m.status = 'streaming' "
     "AND m.session_id IN (SELECT s.id FROM chat_sessions s WHERE s.owner_id = %s))"
-)
-_STAMP_SEEING_THIS_SESSIONS_REPLIES = (
-    "UPDATE chat_sessions SET message_count = message_count + 2, last_activity_at = %s "
-    "WHERE id = %s RETURNING EXISTS(SELECT 1 FROM chat_messages m WHERE m.status = 'streaming' "
-    "AND m.session_id = %s)"
 )
 
 
 def _stamped(*, session: ChatSession, now: Any) -> bool | None:
     """Stamp the session list (two messages more, the last activity) with the UPDATE that takes
-    the session's lock, and say in the same statement whether any reply is streaming where
-    _reply_active_else_sweep would look (the owner's sessions under a cap, else this one):
-    when none is, as on almost every send, its read is skipped, one round trip fewer before
-    the first token. None when the session is gone."""
-    if settings.CHAT_MAX_CONCURRENT_REPLIES:
-        sql, scope = _STAMP_SEEING_THE_OWNERS_REPLIES, session.owner_id
-    else:
-        sql, scope = _STAMP_SEEING_THIS_SESSIONS_REPLIES, session.pk
+    the session's lock, and say in the same statement whether a reply of the owner is
+    streaming: when none is, as on almost every send, _reply_active_else_sweep's read is
+    skipped, one round trip fewer before the first token. None when the session is gone."""
     with connection.cursor() as cursor:
-        cursor.execute(sql, [connection.ops.adapt_datetimefield_value(now), session.pk, scope])
+        cursor.execute(
+            _STAMP, [connection.ops.adapt_datetimefield_value(now), session.pk, session.owner_id]
+        )
         row = cursor.fetchone()
     return None if row is None else bool(row[0])
 
