@@ -33,6 +33,9 @@ from django.utils.log import log_response
 
 from cadau.deferred import RESOLVED_ON_LOOP, DeferredResponse, deferred_resolve, headers_carried
 
+# Set in a request's scope by ASGIHandler.__call__ when the view it resolves to is sync.
+_SYNC_VIEW = "cadau.sync_view"
+
 
 def _view_is_async(path: str) -> bool:
     try:
@@ -61,7 +64,8 @@ class ASGIHandler(DjangoASGIHandler):
             # those calls are only Django's request_started/finished receivers (the view and
             # everything of ours run on the pool below, thread_sensitive=False), so they go
             # to asgiref's one long-lived thread instead: two thread starts per request fewer.
-            await self.handle(scope, receive, send)
+            # The scope remembers the answer for get_response_async (one URL resolve).
+            await self.handle({**scope, _SYNC_VIEW: True}, receive, send)
             return
         await super().__call__(scope, receive, send)
 
@@ -73,7 +77,7 @@ class ASGIHandler(DjangoASGIHandler):
             close_old_connections()
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
-        if _view_is_async(request.path_info):
+        if not getattr(request, "scope", {}).get(_SYNC_VIEW):
             return await super().get_response_async(request)
         request.META[RESOLVED_ON_LOOP] = True
         response: HttpResponseBase = await self._serve(request)
