@@ -7,6 +7,7 @@ and the denormalised counters are decided by one writer at a time, on SQLite and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -160,11 +161,12 @@ def _busy() -> ReplyInProgress:
     )
 
 
-def turn_store(*, send: SendRequest) -> Turn:
+def turn_store(*, send: SendRequest, abandoned: Callable[[], bool] | None = None) -> Turn:
     """Check the send and store the user message and an empty `streaming` reply row in one
     transaction, or, for a client_id seen before, return what the first send stored (`created`
-    False). Raises the checks' errors, and ReplyInProgress while another reply of the session
-    is generating (the caller queues)."""
+    False). Raises the checks' errors, ReplyInProgress while another reply of the session
+    is generating (the caller queues), and NotFound when `abandoned` says the send was given
+    up (chat/turn/service.py turn_queue)."""
     checked = send_checked(send=send)
     locked, content, client_id = checked.session, checked.content, checked.client_id
     now = timezone.now()
@@ -193,6 +195,11 @@ def turn_store(*, send: SendRequest) -> Turn:
                 return repeat
         if streaming_seen and _reply_active_else_sweep(locked):
             raise _busy()
+        if abandoned is not None and abandoned():
+            # Asked again here, under the lock, once the session is free: the queue asked
+            # before this trip, and a login that ended while the trip waited for a thread
+            # (and the reply it queued behind ended) would otherwise still store the send.
+            raise NotFound()
         user_message = ChatMessage.objects.create(
             session=locked,
             role=MessageRole.USER,

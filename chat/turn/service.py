@@ -39,11 +39,11 @@ Event = dict[str, Any]
 QUEUE_POLL_SECONDS = 0.1
 
 
-def _stored(*, send: SendRequest) -> Turn | None:
+def _stored(*, send: SendRequest, abandoned: Callable[[], bool] | None = None) -> Turn | None:
     """Check and store the send's turn and prepare its reply, in one trip to the database.
     None while another reply of the session is generating and the send may queue."""
     try:
-        turn = turn_store(send=send)
+        turn = turn_store(send=send, abandoned=abandoned)
     except ReplyInProgress:
         if settings.CHAT_SEND_QUEUE_SECONDS <= 0:
             raise
@@ -76,7 +76,7 @@ async def turn_queue(*, send: SendRequest, abandoned: Callable[[], bool] | None 
         if abandoned is not None and abandoned():
             raise NotFound()
         # Checked again: memory may have changed, the session gone, while this send waited.
-        turn = await in_worker(_stored)(send=send)
+        turn = await in_worker(_stored)(send=send, abandoned=abandoned)
         if turn is not None:
             return turn
         if time.monotonic() >= deadline:

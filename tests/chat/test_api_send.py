@@ -327,3 +327,21 @@ def test_the_stamp_says_whether_a_reply_streams_so_a_quiet_send_skips_that_read(
         store("second")
     session.refresh_from_db()
     assert session.message_count == 2  # the refused send's stamp was rolled back
+
+
+@pytest.mark.django_db
+def test_a_queued_send_given_up_during_its_trip_stores_nothing(owner):
+    """The queue asks `abandoned` before each trip, and turn_store asks it again under the lock
+    once the session is free: a login that ended while the trip waited for a thread (and the
+    reply it queued behind ended meanwhile) stores nothing."""
+    from chat.errors import NotFound
+    from chat.turn.checks import SendRequest
+    from chat.turn.rows import turn_store
+
+    session = ChatSessionFactory.create(owner=owner)
+    send = SendRequest(user=owner, session_id=session.pk, content="queued", client_id=None)
+    with pytest.raises(NotFound):
+        turn_store(send=send, abandoned=lambda: True)
+    assert not ChatMessage.objects.filter(session=session).exists()
+    session.refresh_from_db()
+    assert session.message_count == 0
