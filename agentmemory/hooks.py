@@ -15,6 +15,7 @@ from chat import hooks
 from chat.hooks import PromptPart
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.services.agents import agent_settings
+from chat.shapes import memory_event
 
 logger = logging.getLogger("agentmemory.hooks")
 
@@ -100,7 +101,7 @@ def memory_remember_on_turn(
             user_message.pk,
             exc,
         )
-        return [{"type": "memory", "action": "remember_failed", "error": str(exc)[:300]}]
+        return [memory_event(action="remember_failed", error=str(exc)[:300])]
     logger.info(
         "agent_memory_remembered session=%s agent=%s message=%s entry=%s created=%s",
         session.pk,
@@ -110,13 +111,12 @@ def memory_remember_on_turn(
         result.created,
     )
     return [
-        {
-            "type": "memory",
-            "action": "remembered",
-            "created": result.created,
-            "message_id": user_message.pk,
-            "entry": entry_payload(result.entry),
-        }
+        memory_event(
+            action="remembered",
+            created=result.created,
+            message_id=user_message.pk,
+            entry=entry_payload(result.entry),
+        )
     ]
 
 

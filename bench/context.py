@@ -106,7 +106,7 @@ def _render(*, conv: dict[str, Any], lat: dict[str, Any], args: Any, command: st
         "## Rolling summary: the seed's loop against ours",
         "",
         f"`{command}` · {args.context_turns} scripted turns through the real send path "
-        "(turn_start + reply_generate, fake LLM server over loopback HTTP, replies of 60 words), "
+        "(turn_open + TurnRun.result, fake LLM server over loopback HTTP, replies of 60 words), "
         f"SQLite, knobs: {knobs}. Background compaction is awaited between turns (it runs "
         "while the user types).",
         "",

@@ -41,12 +41,14 @@ def _question(rng: random.Random, turn: int) -> str:
 def _send(*, session: Any, content: str) -> Any:
     from asgiref.sync import async_to_sync
 
-    from chat.turn import reply_generate, turn_open
+    from chat.models import ChatMessage
+    from chat.turn import turn_open
 
-    turn = async_to_sync(turn_open)(
+    run = async_to_sync(turn_open)(
         user=session.owner, session_id=session.pk, content=content, client_id=None
     )
-    return async_to_sync(reply_generate)(turn=turn).message
+    result = async_to_sync(run.result)()
+    return ChatMessage.objects.get(pk=(result.assistant_message or {})["id"])
 
 
 def conversation(*, turns: int, fake_url: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ def _conversation(*, owner: Any, language: str, sends: int) -> dict[str, Any]:
     from asgiref.sync import async_to_sync
 
     from chat.models import ChatMessage, ChatSession, MessageRole
-    from chat.turn import reply_generate, turn_open
+    from chat.turn import turn_open
 
     session = ChatSession.objects.create(owner=owner, title=language)
     replies = []
@@ -33,10 +33,11 @@ def _conversation(*, owner: Any, language: str, sends: int) -> dict[str, Any]:
         else:
             content = CHINESE * 3 + f"问题 {i}：篱笆旁种了什么？"
         started = time.monotonic()
-        turn = async_to_sync(turn_open)(
+        run = async_to_sync(turn_open)(
             user=owner, session_id=session.pk, content=content, client_id=None
         )
-        reply = async_to_sync(reply_generate)(turn=turn).message
+        result = async_to_sync(run.result)()
+        reply = ChatMessage.objects.get(pk=(result.assistant_message or {})["id"])
         metadata = reply.metadata or {}
         usage = metadata.get("usage") or {}
         replies.append(

@@ -286,7 +286,7 @@ def inside(*, plan: dict[str, Any]) -> dict[str, Any]:
     import chat.turn.service as service
     from chat.llm.openai_compat import OpenAICompatProvider
 
-    _timed(send_view, "turn_attempt", "checks, store and prepare")
+    _timed(send_view, "turn_send", "checks, store and prepare")
     _timed(service, "turn_prepare", "prepare: hooks, tail read, payload")
     first_chunk: list[float] = []
     stream = OpenAICompatProvider.astream_chat

@@ -85,15 +85,9 @@ from chat.services.sockets import (
     socket_unregister,
     user_group,
 )
+from chat.shapes import error_event
 from chat.text import json_text_problem
-from chat.turn import (
-    reply_cancel,
-    reply_resume,
-    reply_spawn,
-    reply_watch,
-    turn_open,
-    turn_repeat_events,
-)
+from chat.turn import reply_cancel, reply_resume, reply_watch, turn_open
 from chat.turn.registry import control_group
 from chat.workers import in_worker
 
@@ -113,16 +107,9 @@ CLOSE_TOO_MANY = 4429
 SOCKET_RETRY_SECONDS = 5
 
 
-def error_event(*, code: str, message: str) -> dict[str, Any]:
-    return {"type": "error", "code": code, "message": message}
-
-
 def _error_event(exc: ChatError) -> dict[str, Any]:
-    event = error_event(code=exc.code, message=exc.message)
     # A limit's refusal says when to come back, as the REST API's Retry-After does.
-    if exc.retry_after is not None:
-        event["retry_after"] = exc.retry_after
-    return event
+    return error_event(code=exc.code, message=exc.message, retry_after=exc.retry_after)
 
 
 def _monotonic() -> float:
@@ -193,13 +180,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             self._handle = None
             await self.accept()
             await self.send_json(
-                {
-                    **error_event(
-                        code="too_many_sockets",
-                        message="You have as many sockets open as this server allows.",
-                    ),
-                    "retry_after": SOCKET_RETRY_SECONDS,
-                }
+                error_event(
+                    code="too_many_sockets",
+                    message="You have as many sockets open as this server allows.",
+                    retry_after=SOCKET_RETRY_SECONDS,
+                )
             )
             await self.close(code=CLOSE_TOO_MANY)
             return
@@ -296,10 +281,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if self._over_frame_rate():
             # 5,000 bad frames in a second cost the server as much as 5,000 good ones.
             await self.send_json(
-                {
-                    **error_event(code="throttled", message="Too many frames; reconnect later."),
-                    "retry_after": 60,
-                }
+                error_event(
+                    code="throttled", message="Too many frames; reconnect later.", retry_after=60
+                )
             )
             await self.close(code=CLOSE_TOO_MANY)
             return
@@ -364,7 +348,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         """Store the turn and start its reply; the session's sockets get its events. Only
         errors and an idempotent repeat are for this socket alone."""
         try:
-            turn = await turn_open(
+            run = await turn_open(
                 user=self.scope["user"],
                 session_id=self.session_id,
                 content=text,
@@ -374,10 +358,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except ChatError as exc:
             events = [_error_event(exc)]
         else:
-            if turn.created:
-                reply_spawn(turn=turn)
-                return
-            events = await turn_repeat_events(turn=turn)
+            # A repeat's report is this socket's alone; a new reply's events reach it through
+            # the session's group, as they reach every socket of the session.
+            events = run.own
+            run.start()
         for event in events:
             if self._open and not self._revoked:
                 await self.send_json(event)

@@ -3,12 +3,24 @@ factories.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from asgiref.sync import async_to_sync
 
-from chat.turn.service import replies_wait
+from chat.turn import service
+
+
+async def replies_wait(*, timeout: float = 30.0) -> None:
+    """Wait until the replies started on this event loop have finished, after-reply work
+    included. For a loop about to close (tests serve each streamed response on a loop of its
+    own): a server's loop outlives its replies, and a reply cancelled at loop shutdown
+    instead of finishing was seen to hang there on PostgreSQL + Redis."""
+    loop = asyncio.get_running_loop()
+    mine = [task for task in service._tasks if task.get_loop() is loop]
+    if mine:
+        await asyncio.wait(mine, timeout=timeout)
 
 
 def sse_events(response: Any) -> list[dict[str, Any]]:

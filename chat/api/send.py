@@ -8,7 +8,7 @@ in the history afterwards."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from django.db import close_old_connections
@@ -19,19 +19,15 @@ from rest_framework import serializers
 from rest_framework.exceptions import APIException
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from cadau.deferred import DeferredResponse
 from chat.api.errors import exception_handler
-from chat.context import CompactionResult, context_budget_for, context_budget_read
-from chat.errors import ChatError, NotFound
-from chat.models import ChatMessage, ChatSession
+from chat.errors import ChatError
 from chat.selectors import session_for_user
-from chat.services.compaction import session_compact_now
-from chat.shapes import message_payload
-from chat.turn import Turn, reply_events, reply_generate, turn_attempt, turn_queue, turn_regenerate
-from chat.turn.checks import SendRequest as SendTurn
+from chat.services.compaction import compaction_report, session_compact_now
+from chat.shapes import Event
+from chat.turn import TurnResult, TurnRun, turn_regenerate, turn_send
 from chat.workers import in_worker, model_wait_run
 
 
@@ -52,7 +48,7 @@ class EventStreamRenderer(BaseRenderer):
 STREAMING_RENDERERS = [JSONRenderer, EventStreamRenderer]
 
 
-class SendRequest(serializers.Serializer):
+class SendBody(serializers.Serializer):
     session_id = serializers.IntegerField(min_value=1)
     # Its length and text are the turn service's to check (CHAT_MAX_MESSAGE_RUNES), alike for
     # the WebSocket.
@@ -62,12 +58,12 @@ class SendRequest(serializers.Serializer):
     )
 
 
-class RegenerateRequest(serializers.Serializer):
+class RegenerateBody(serializers.Serializer):
     session_id = serializers.IntegerField(min_value=1)
     message_id = serializers.IntegerField(min_value=1, required=False)
 
 
-class CompactRequest(serializers.Serializer):
+class CompactBody(serializers.Serializer):
     instructions = serializers.CharField(required=False, allow_blank=True, max_length=2000)
 
 
@@ -75,19 +71,14 @@ def _wants_stream(request: Request) -> bool:
     return "text/event-stream" in request.headers.get("Accept", "")
 
 
-def _sse(event: dict[str, Any]) -> bytes:
+def _sse(event: Event) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
 
 
-def _event_stream(
-    events: AsyncIterator[dict[str, Any]] | None, *, first: Iterable[dict[str, Any]] = ()
-) -> StreamingHttpResponse:
+def _event_stream(run: TurnRun) -> StreamingHttpResponse:
     async def body() -> AsyncIterator[bytes]:
-        for event in first:
+        async for event in run.events():
             yield _sse(event)
-        if events is not None:
-            async for event in events:
-                yield _sse(event)
 
     response = StreamingHttpResponse(body(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -96,29 +87,28 @@ def _event_stream(
     return response
 
 
-def _result(
-    user_message: ChatMessage | None, reply: ChatMessage | None, budget: dict[str, Any]
-) -> dict[str, Any]:
-    return {
-        "user_message": message_payload(user_message) if user_message else None,
-        "assistant_message": message_payload(reply) if reply else None,
-        "context_budget": budget,
-    }
+def _json(body: dict[str, Any]) -> JsonResponse:
+    # As DRF's renderer writes it: UTF-8 as is, compact.
+    return JsonResponse(body, json_dumps_params={"ensure_ascii": False, "separators": (",", ":")})
+
+
+async def _json_result(run: TurnRun) -> HttpResponseBase:
+    result: TurnResult = await run.result()
+    return _json(
+        {
+            "user_message": result.user_message,
+            "assistant_message": result.assistant_message,
+            "context_budget": result.context_budget,
+        }
+    )
 
 
 def _connection_handed_back() -> None:
-    """This request's thread is about to wait (in the queue, for a whole JSON reply) or to end
-    while its response streams for seconds: its database connection goes back to the pool now
-    (connections expire at once when pooled), not when the response is done. Else a burst of
-    sends holds every pooled connection while the work they wait for needs one."""
+    """This request's thread is about to end while its response waits or streams for seconds:
+    its database connection goes back to the pool now (connections expire at once when
+    pooled), not when the response is done. Else a burst of sends holds every pooled
+    connection while the work they wait for needs one."""
     close_old_connections()
-
-
-def _reply_response(request: Request, turn: Turn, first: list[dict[str, Any]]) -> Any:
-    _connection_handed_back()
-    if _wants_stream(request):
-        return _event_stream(reply_events(turn=turn), first=first)
-    return _deferred(request, lambda: _json_reply(turn))
 
 
 def _deferred(
@@ -139,66 +129,38 @@ def _deferred(
     return DeferredResponse(run)
 
 
-def _send_response(request: HttpRequest, turn: Turn, *, stream: bool) -> HttpResponseBase:
-    """The response to a stored (or repeated) send. Sync: a repeat reads the budget."""
-    assert turn.user_message is not None
-    if turn.created:
-        first = [{"type": "message", "message": message_payload(turn.user_message)}]
-        if stream:
-            # The reply starts when the server first reads the body: right after this thread
-            # returns, the middleware having run here already (cadau/asgihandler.py).
-            return _event_stream(reply_events(turn=turn), first=first)
-        return _deferred(request, lambda: _json_reply(turn))
-    # Idempotent repeat: report what the first send stored; generate nothing.
-    body = _result(turn.user_message, turn.reply, context_budget_read(session_id=turn.session.pk))
-    if not stream:
-        return _json(body)
-    first = [{"type": "message", "message": body["user_message"]}]
-    if turn.reply is not None:
-        first.append(
-            {
-                "type": "done",
-                "message": body["assistant_message"],
-                "context_budget": body["context_budget"],
-            }
-        )
-    return _event_stream(None, first=first)
+def _rendered(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponseBase:
+    """The response to a run: its events as server-sent events (the reply starts when the
+    server first reads the body, right after this thread returns), or its whole result as
+    JSON, awaited off the thread. A queued send waits for its turn first; a refusal then is
+    the same JSON error as one raised at once."""
+    _connection_handed_back()
+    if run.queued:
 
+        async def after_queue() -> HttpResponseBase:
+            await run.ready()
+            return _event_stream(run) if stream else await _json_result(run)
 
-def _json(body: dict[str, Any]) -> JsonResponse:
-    # As DRF's renderer writes it: UTF-8 as is, compact.
-    return JsonResponse(body, json_dumps_params={"ensure_ascii": False, "separators": (",", ":")})
-
-
-async def _json_reply(turn: Turn) -> HttpResponseBase:
-    result = await reply_generate(turn=turn)
-    return _json(_result(turn.user_message, result.message, result.context_budget))
-
-
-async def _after_queue(request: HttpRequest, send: SendTurn, *, stream: bool) -> HttpResponseBase:
-    turn = await turn_queue(send=send)
-    response: HttpResponseBase = await in_worker(_send_response)(request, turn, stream=stream)
-    return response
+        return _deferred(request, after_queue)
+    if stream:
+        return _event_stream(run)
+    return _deferred(request, lambda: _json_result(run))
 
 
 class SendView(APIView):
     renderer_classes = STREAMING_RENDERERS
 
-    @extend_schema(request=SendRequest, responses={200: dict})
+    @extend_schema(request=SendBody, responses={200: dict})
     def post(self, request: Request) -> HttpResponseBase:
-        data = SendRequest(data=request.data)
+        data = SendBody(data=request.data)
         data.is_valid(raise_exception=True)
-        send, turn = turn_attempt(
+        run = turn_send(
             user=request.user,
             session_id=data.validated_data["session_id"],
             content=data.validated_data["content"],
             client_id=data.validated_data.get("client_id"),
         )
-        stream = _wants_stream(request)
-        _connection_handed_back()
-        if turn is None:
-            return _deferred(request, lambda: _after_queue(request, send, stream=stream))
-        return _send_response(request, turn, stream=stream)
+        return _rendered(request, run, stream=_wants_stream(request))
 
 
 def _error_rendered(exc: Exception, request: HttpRequest) -> HttpResponseBase:
@@ -217,25 +179,25 @@ class RegenerateView(APIView):
 
     renderer_classes = STREAMING_RENDERERS
 
-    @extend_schema(request=RegenerateRequest, responses={200: dict})
-    def post(self, request: Request) -> Response | StreamingHttpResponse:
-        data = RegenerateRequest(data=request.data)
+    @extend_schema(request=RegenerateBody, responses={200: dict})
+    def post(self, request: Request) -> HttpResponseBase:
+        data = RegenerateBody(data=request.data)
         data.is_valid(raise_exception=True)
-        turn = turn_regenerate(
+        run = turn_regenerate(
             user=request.user,
             session_id=data.validated_data["session_id"],
             message_id=data.validated_data.get("message_id"),
         )
-        return _reply_response(request, turn, first=[])
+        return _rendered(request, run, stream=_wants_stream(request))
 
 
 class CompactView(APIView):
     """Compact now, optionally with instructions for the summariser ("keep the numbers")."""
 
-    @extend_schema(request=CompactRequest, responses={200: dict})
+    @extend_schema(request=CompactBody, responses={200: dict})
     def post(self, request: Request, session_id: str) -> HttpResponseBase:
         session = session_for_user(user=request.user, session_id=session_id)
-        data = CompactRequest(data=request.data)
+        data = CompactBody(data=request.data)
         data.is_valid(raise_exception=True)
         instructions = data.validated_data.get("instructions", "")
         # A summarising model call: seconds, awaited off the HTTP threads (chat/workers.py).
@@ -246,19 +208,5 @@ async def _compacted(session_id: int, instructions: str) -> HttpResponseBase:
     result = await model_wait_run(
         session_compact_now, session_id=session_id, instructions=instructions
     )
-    body: dict[str, Any] = await in_worker(_compacted_body)(session_id, result)
+    body: dict[str, Any] = await in_worker(compaction_report)(session_id=session_id, result=result)
     return _json(body)
-
-
-def _compacted_body(session_id: int, result: CompactionResult) -> dict[str, Any]:
-    session = ChatSession.objects.filter(pk=session_id).first()
-    if session is None:
-        raise NotFound()  # deleted while it compacted
-    return {
-        "outcome": result.outcome,
-        "messages_rolled": result.messages_rolled,
-        "llm_calls": result.llm_calls,
-        "context_summary": session.context_summary,
-        "verbatim_since_message_id": session.verbatim_since_message_id,
-        "context_budget": context_budget_for(session=session),
-    }

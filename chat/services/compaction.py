@@ -5,10 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from chat.context import CompactionResult, Trigger, context_budget_read, context_compact
-from chat.errors import CompactionFailed, CompactionInProgress
+from chat.context import (
+    CompactionResult,
+    Trigger,
+    context_budget_for,
+    context_budget_read,
+    context_compact,
+)
+from chat.errors import CompactionFailed, CompactionInProgress, NotFound
 from chat.events import event_publish_now
 from chat.models import ChatSession
+from chat.shapes import compaction_ended_event, compaction_started_event
 
 
 def compaction_event_state(outcome: str) -> str:
@@ -26,15 +33,12 @@ def compaction_event_end(
     """The `compaction` event that ends one: its state, the outcome it stands for (so a page
     can say what happened, not only that something did), and the budget afterwards (so the
     usage ring never waits for the next reply to catch up)."""
-    event: dict[str, Any] = {
-        "type": "compaction",
-        "state": compaction_event_state(result.outcome),
-        "outcome": result.outcome,
-        "messages_rolled": result.messages_rolled,
-    }
-    if budget is not None:
-        event["context_budget"] = budget
-    return event
+    return compaction_ended_event(
+        state=compaction_event_state(result.outcome),
+        outcome=result.outcome,
+        messages_rolled=result.messages_rolled,
+        context_budget=budget,
+    )
 
 
 def _budget_now(session_id: int) -> dict[str, Any] | None:
@@ -52,7 +56,7 @@ def session_compact(
     instructions: str = "",
     reserve_runes: int = 0,
 ) -> CompactionResult:
-    event_publish_now(session_id=session_id, event={"type": "compaction", "state": "started"})
+    event_publish_now(session_id=session_id, event=compaction_started_event())
     result = context_compact(
         session_id=session_id,
         trigger=trigger,
@@ -80,3 +84,19 @@ def session_compact_now(*, session_id: int, instructions: str = "") -> Compactio
         # The model server's words stay in the snapshot (the admin) and the log line.
         raise CompactionFailed("The summary could not be made; nothing changed. Try again later.")
     return result
+
+
+def compaction_report(*, session_id: int, result: CompactionResult) -> dict[str, Any]:
+    """What "compact now" answers: the outcome and the session's context afterwards. NotFound
+    when the session was deleted while it compacted."""
+    session = ChatSession.objects.filter(pk=session_id).first()
+    if session is None:
+        raise NotFound()
+    return {
+        "outcome": result.outcome,
+        "messages_rolled": result.messages_rolled,
+        "llm_calls": result.llm_calls,
+        "context_summary": session.context_summary,
+        "verbatim_since_message_id": session.verbatim_since_message_id,
+        "context_budget": context_budget_for(session=session),
+    }

@@ -21,6 +21,7 @@ from chat.events import event_publish_on_commit
 from chat.llm import get_provider
 from chat.llm.base import SUMMARY_MARKER, LLMError
 from chat.models import ChatMessage, ChatSession, MessageStatus
+from chat.shapes import title_event
 from chat.workers import background_submit
 
 logger = logging.getLogger("chat.titles")
@@ -88,7 +89,7 @@ def session_title_auto_set(*, session_id: int, title: str) -> bool:
         if named:
             event_publish_on_commit(
                 session_id=session_id,
-                event={"type": "title", "session_id": session_id, "title": title},
+                event=title_event(session_id=session_id, title=title),
             )
     return bool(named)
 

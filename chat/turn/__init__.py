@@ -1,8 +1,10 @@
 """The turn service: one owner for a turn, whichever adapter it comes through.
 
     adapters (chat/api/send.py, chat/consumers.py)
-      -> service:   turn_attempt + turn_queue (turn_open), turn_regenerate; then
-                    reply_generate / reply_events / reply_spawn
+      -> service:   turn_send / turn_open / turn_regenerate hand back a TurnRun, which the
+                    adapter renders: run.result() (JSON), run.events() (SSE), run.start()
+                    and run.own (a socket)
+      -> follow:    a repeat's view of a reply already running, here or in another process
       -> checks:    a send's checks, in one order for every adapter
       -> rows:      the turn's rows, from storing them to their final write
       -> generate:  one reply: prepare the context, run the rounds, finish, after-reply work
@@ -14,33 +16,22 @@
 Nothing here calls back up: the registry knows no generation, the generation no adapter.
 """
 
-from chat.turn.generate import ReplyResult, reply_generate
+from chat.turn.generate import ReplyResult
 from chat.turn.registry import reply_cancel, reply_resume, reply_watch
 from chat.turn.rows import STALE_STREAMING_SECONDS, Turn, streaming_sweep
-from chat.turn.service import (
-    reply_events,
-    reply_spawn,
-    turn_attempt,
-    turn_open,
-    turn_queue,
-    turn_regenerate,
-    turn_repeat_events,
-)
+from chat.turn.service import TurnResult, TurnRun, turn_open, turn_regenerate, turn_send
 
 __all__ = [
     "STALE_STREAMING_SECONDS",
     "ReplyResult",
     "Turn",
+    "TurnResult",
+    "TurnRun",
     "reply_cancel",
-    "reply_events",
-    "reply_generate",
     "reply_resume",
-    "reply_spawn",
     "reply_watch",
     "streaming_sweep",
-    "turn_attempt",
     "turn_open",
-    "turn_queue",
     "turn_regenerate",
-    "turn_repeat_events",
+    "turn_send",
 ]

@@ -50,7 +50,7 @@ from chat.llm.window import (
 from chat.models import ChatMessage, MessageStatus
 from chat.services.compaction import compaction_event_end, session_compact
 from chat.services.titles import session_title_after_reply
-from chat.shapes import message_payload
+from chat.shapes import compaction_started_event, done_event, error_event, message_payload
 from chat.turn.registry import Emit, Generation, generation_tracked
 from chat.turn.rows import Prepared, Turn, reply_finish
 from chat.turn.stream import stream_round
@@ -82,7 +82,11 @@ async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult
     # Shared with the rounds: after a tool round the reply being written is a newer row, and a
     # cancel must finish that one.
     rounds = RoundsState(reply=turn.reply)
-    gen = Generation(session_id=turn.session.pk, emit=emit, current_message_id=turn.reply.pk)
+    gen = Generation(
+        session_id=turn.session.pk,
+        subscribers=[emit] if emit is not None else [],
+        current_message_id=turn.reply.pk,
+    )
     inner = asyncio.ensure_future(_generate(turn=turn, gen=gen, rounds=rounds))
     gen.task = inner
     slots.reply_started()
@@ -110,11 +114,7 @@ async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult
 def _publish_done(gen: Generation, result: ReplyResult) -> None:
     gen.finished = result
     gen.publish(
-        {
-            "type": "done",
-            "message": message_payload(result.message),
-            "context_budget": result.context_budget,
-        }
+        done_event(message=message_payload(result.message), context_budget=result.context_budget)
     )
 
 
@@ -166,7 +166,7 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
         # Past the threshold is what the client hears about as a compaction.
         announced = context_needs_compaction(state=state)
         if announced:
-            gen.publish({"type": "compaction", "state": "started"})
+            gen.publish(compaction_started_event())
         result = await in_worker(context_compact)(
             session_id=session_id, trigger="before_send", query=query
         )
@@ -236,7 +236,7 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
                 payload.runes,
                 str(exc)[:200],
             )
-            gen.publish({"type": "compaction", "state": "started"})
+            gen.publish(compaction_started_event())
             result = await in_worker(context_compact)(
                 session_id=session_id, trigger="context_error", force=True, query=query
             )
@@ -406,7 +406,7 @@ async def _fail(
         status=MessageStatus.FAILED,
         metadata={"error": message, "error_code": code, "error_detail": error[:2000]},
     )
-    gen.publish({"type": "error", "code": code, "message": message})
+    gen.publish(error_event(code=code, message=message))
     _publish_done(gen, result)
     return result
 

@@ -32,7 +32,7 @@ from chat.events import (
     layer_is_shared,
 )
 from chat.models import ChatMessage, MessageStatus
-from chat.shapes import message_payload
+from chat.shapes import Event, delta_event, message_event, message_payload
 from chat.turn.rows import STALE_STREAMING_SECONDS
 from chat.workers import in_worker
 
@@ -40,7 +40,6 @@ logger = logging.getLogger("chat.realtime")
 # How long a reply's control listener gets to read its stop message before it is cancelled.
 LISTENER_STOP_SECONDS = 2.0
 
-Event = dict[str, Any]
 # Takes an event without waiting (a queue's put_nowait): it is called for every token.
 Emit = Callable[[Event], None]
 
@@ -70,8 +69,9 @@ class Generation:
     # The task running the model rounds (cancelling it stores the partial as `cancelled`). Set
     # by whoever starts it, before the generation is tracked.
     task: asyncio.Task[Any] | None = None
-    # The reply's own subscriber (a server-sent-events response), besides the sockets.
-    emit: Emit | None = None
+    # Subscribers besides the sockets: the reply's own (a server-sent-events response), and
+    # those following it for a repeated send (chat/turn/follow.py).
+    subscribers: list[Emit] = field(default_factory=list)
     # The channel layer reaches other processes (channels-redis).
     shared: bool = False
     # The live text per reply row (tool rounds may write several rows): what a reconnecting
@@ -123,8 +123,8 @@ class Generation:
         the text they carry is in `parts`, so the catch-up a watcher gets covers the ones not
         sent."""
         event_publish_local(session_id=self.session_id, event=event)
-        if self.emit is not None:
-            self.emit(event)
+        for emit in self.subscribers:
+            emit(event)
         if self._after_first_token is not None and event.get("type") in ("delta", "done"):
             self.first_token_passed(written_first=True)
         if self.shared and (self.remote_watchers or event.get("type") != "delta"):
@@ -162,7 +162,7 @@ class Generation:
         message_id = self.current_message_id
         text = "".join(self.parts.get(message_id, ()))
         if text:
-            self._enqueue({"type": "delta", "message_id": message_id, "text": text, "offset": 0})
+            self._enqueue(delta_event(message_id=message_id, text=text, offset=0))
 
 
 _running: dict[int, Generation] = {}
@@ -290,7 +290,7 @@ async def reply_resume(*, session_id: int) -> Event | None:
     message = await in_worker(streaming_reply)(session_id=session_id)
     if message is None:
         return None
-    return {"type": "message", "message": live_payload(message=message)}
+    return message_event(message=live_payload(message=message))
 
 
 async def reply_watch(*, session_id: int) -> None:

@@ -22,7 +22,7 @@ from chat.events import event_publish_on_commit
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.queries import message_rows
 from chat.search.backends import search_index_tidy
-from chat.shapes import message_payload
+from chat.shapes import message_event, message_payload
 from chat.turn.checks import SendRequest, send_checked
 
 # A reply row still `streaming` with no progress saved for this long belongs to a dead process.
@@ -217,7 +217,7 @@ def turn_store(*, send: SendRequest, abandoned: Callable[[], bool] | None = None
         )
         event_publish_on_commit(
             session_id=locked.pk,
-            event={"type": "message", "message": message_payload(user_message)},
+            event=message_event(message=message_payload(user_message)),
         )
         return Turn(
             session=locked,

@@ -1,12 +1,15 @@
-"""The turn service: what the adapters (REST, server-sent events, the WebSocket) call to run a
-turn, from its checks to its reply. Each adapter only translates: its input into these calls,
-their domain errors (chat/errors.py) and events into its own protocol.
+"""The turn service: the one owner of a turn, from its checks to its reply, whichever adapter it
+came through. Each adapter gets a `TurnRun` and only renders it: REST JSON awaits
+`run.result()`, server-sent events iterate `run.events()`, a WebSocket sends `run.own` to its
+client and calls `run.start()` (the session's sockets get the reply's events through its group).
 
-    turn = await turn_open(...)          # checks, store, prepare (queueing behind a running reply)
-    turn = turn_regenerate(...)          # or: the session's last reply, to generate again
-    result = await reply_generate(turn=turn)             # REST JSON: wait for the reply
-    async for event in reply_events(turn=turn): ...      # server-sent events: its events
-    reply_spawn(turn=turn)                               # WebSocket: sockets get the events
+    run = turn_send(...)                 # sync: rate, checks, store, prepare (one database trip)
+    await run.ready()                    # only when `run.queued`: wait for the running reply
+    run = turn_regenerate(...)           # or: the session's last reply, generated again
+
+Queueing, the idempotent repeat (also of a reply still streaming, in any process), generation
+and the finish are the run's business; the domain errors (chat/errors.py) are the adapters' to
+translate.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -25,8 +29,9 @@ from chat.events import deltas_merged
 from chat.models import ChatMessage, MessageRole, MessageStatus
 from chat.queries import message_rows
 from chat.selectors import session_for_user
-from chat.shapes import message_payload
+from chat.shapes import Event, done_event, message_event, message_payload
 from chat.turn.checks import SendRequest, send_rate_check
+from chat.turn.follow import reply_follow
 from chat.turn.generate import ReplyResult, reply_generate, turn_prepare
 from chat.turn.registry import Emit, live_payload
 from chat.turn.rows import Turn, reply_restart, turn_store
@@ -34,12 +39,154 @@ from chat.workers import in_worker
 
 logger = logging.getLogger("chat.realtime")
 
-Event = dict[str, Any]
 # How often a queued send retries while another reply of the session is generating.
 QUEUE_POLL_SECONDS = 0.1
 
 
-def _stored(*, send: SendRequest, abandoned: Callable[[], bool] | None = None) -> Turn | None:
+@dataclass(slots=True, frozen=True)
+class TurnResult:
+    """A turn as a caller that waited for all of it sees it (the REST JSON body)."""
+
+    user_message: dict[str, Any] | None
+    assistant_message: dict[str, Any] | None
+    context_budget: dict[str, Any] | None
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class TurnRun:
+    """One send (or regenerate) as the turn service hands it to an adapter."""
+
+    # Set while the send waits for the session's running reply (`queued`).
+    send: SendRequest | None = None
+    turn: Turn | None = None
+    # For this caller alone: what a repeated client_id's first send stored.
+    own: list[Event] = field(default_factory=list)
+    # Already published to the session's sockets (a new send's user message): a caller that is
+    # not one of them (server-sent events) gets these first.
+    announced: list[Event] = field(default_factory=list)
+    # A repeat whose reply still streams: (its first row's id, characters already in `own`).
+    follows: tuple[int, int] | None = None
+    _task: asyncio.Task[ReplyResult] | None = None
+
+    @property
+    def queued(self) -> bool:
+        return self.turn is None
+
+    async def ready(self, *, abandoned: Callable[[], bool] | None = None) -> None:
+        """Wait, without holding a thread, until the session's running reply ends, up to
+        CHAT_SEND_QUEUE_SECONDS (a queue of one), then store the turn; or raise
+        ReplyInProgress. `abandoned` is asked before each try and under the store's lock: when
+        it says so (the login of the socket that sent it ended meanwhile) the send is given
+        up, NotFound, nothing stored."""
+        if self.send is None:
+            return
+        deadline = time.monotonic() + settings.CHAT_SEND_QUEUE_SECONDS
+        while True:
+            await asyncio.sleep(QUEUE_POLL_SECONDS)
+            if abandoned is not None and abandoned():
+                raise NotFound()
+            # Checked again: memory may have changed, the session gone, while this send waited.
+            stored = await in_worker(_run_stored)(send=self.send, abandoned=abandoned)
+            if stored is not None:
+                self._take(stored)
+                return
+            if time.monotonic() >= deadline:
+                raise ReplyInProgress(
+                    "Another reply is still being generated in this session; try again when "
+                    "it finishes, or cancel it."
+                )
+
+    def _take(self, other: TurnRun) -> None:
+        self.send, self.turn = None, other.turn
+        self.own, self.announced, self.follows = other.own, other.announced, other.follows
+
+    def start(self, *, emit: Emit | None = None) -> asyncio.Task[ReplyResult] | None:
+        """Generate a new turn's reply in a task of its own, which outlives the caller (a
+        dropped socket, a gone HTTP client); the session's sockets get its events, `emit` too.
+        A repeat starts nothing: its first send's reply runs, or ran, already."""
+        if self.turn is None:
+            raise RuntimeError("a queued send is started once it is ready()")
+        if not self.turn.created or self._task is not None:
+            return self._task
+        self._task = reply_spawn(turn=self.turn, emit=emit)
+        return self._task
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Everything a caller outside the session's sockets sees, ending with `done` (final
+        status) or, for a repeat that found no reply, with the user message."""
+        for event in (*self.announced, *self.own):
+            yield event
+        if self.follows is not None:
+            reply_id, held = self.follows
+            async for event in reply_follow(
+                session_id=self._session_id, reply_id=reply_id, held=held
+            ):
+                yield event
+        elif self.turn is not None and self.turn.created:
+            async for event in _reply_events(self):
+                yield event
+
+    async def result(self) -> TurnResult:
+        """The whole turn, once its reply is final."""
+        assert self.turn is not None
+        user = message_payload(self.turn.user_message) if self.turn.user_message else None
+        if self.turn.created:
+            task = self.start()
+            assert task is not None
+            reply = await task
+            return TurnResult(
+                user_message=user,
+                assistant_message=message_payload(reply.message),
+                context_budget=reply.context_budget,
+            )
+        done: Event | None = None
+        async for event in self.events():
+            if event["type"] == "done":
+                done = event
+        if done is None:
+            budget = await in_worker(context_budget_read)(session_id=self._session_id)
+            return TurnResult(user_message=user, assistant_message=None, context_budget=budget)
+        return TurnResult(
+            user_message=user,
+            assistant_message=done["message"],
+            context_budget=done["context_budget"],
+        )
+
+    @property
+    def _session_id(self) -> int:
+        assert self.turn is not None
+        return int(self.turn.session.pk)
+
+
+def _run_of(turn: Turn) -> TurnRun:
+    """The run of a stored turn, with what its caller is told first. Sync: a repeat reads the
+    state its first send left (and the budget) in the same trip as the store."""
+    if turn.created:
+        assert turn.user_message is not None
+        turn.prepared = turn_prepare(turn)
+        return TurnRun(
+            turn=turn, announced=[message_event(message=message_payload(turn.user_message))]
+        )
+    run = TurnRun(turn=turn)
+    if turn.user_message is not None:
+        run.own.append(message_event(message=message_payload(turn.user_message)))
+    reply = turn.reply
+    if reply is None:
+        return run
+    if reply.status == MessageStatus.STREAMING:
+        # Still generating, here or in another process: the partial now, then the rest.
+        partial = live_payload(message=reply)
+        run.own.append(message_event(message=partial))
+        run.follows = (reply.pk, len(partial["content"]))
+        return run
+    budget = context_budget_read(session_id=turn.session.pk)
+    run.own.append(done_event(message=message_payload(reply), context_budget=budget))
+    return run
+
+
+def _run_stored(
+    *, send: SendRequest, abandoned: Callable[[], bool] | None = None
+) -> TurnRun | None:
     """Check and store the send's turn and prepare its reply, in one trip to the database.
     None while another reply of the session is generating and the send may queue."""
     try:
@@ -48,42 +195,18 @@ def _stored(*, send: SendRequest, abandoned: Callable[[], bool] | None = None) -
         if settings.CHAT_SEND_QUEUE_SECONDS <= 0:
             raise
         return None
-    if turn.created:
-        turn.prepared = turn_prepare(turn)
-    return turn
+    return _run_of(turn)
 
 
-def turn_attempt(
-    *, user: Any, session_id: Any, content: Any, client_id: Any
-) -> tuple[SendRequest, Turn | None]:
-    """A send's first attempt (sync: one trip to the database): the rate, then the checks, the
-    store and the prepare. The turn is None while another reply of the session is generating:
-    then `turn_queue` waits for its turn. Raises Throttled, NotFound, InvalidInput,
-    MessageTooLarge, and ReplyInProgress when the send may not queue."""
+def turn_send(*, user: Any, session_id: Any, content: Any, client_id: Any) -> TurnRun:
+    """A send (sync: one trip to the database): the rate, then the checks, the store and the
+    prepare. While another reply of the session is generating, the run is `queued` and
+    `ready()` waits for its turn. Raises Throttled, NotFound, InvalidInput, MessageTooLarge,
+    and ReplyInProgress when the send may not queue."""
     send_rate_check(user=user)
     send = SendRequest(user=user, session_id=session_id, content=content, client_id=client_id)
-    return send, _stored(send=send)
-
-
-async def turn_queue(*, send: SendRequest, abandoned: Callable[[], bool] | None = None) -> Turn:
-    """Wait, without holding a thread, until the session's running reply ends, up to
-    CHAT_SEND_QUEUE_SECONDS (a queue of one), then store the turn; or raise ReplyInProgress.
-    `abandoned` is asked before each try: when it says so (the login of the socket that sent
-    it ended meanwhile, chat/consumers.py) the send is given up, NotFound, nothing stored."""
-    deadline = time.monotonic() + settings.CHAT_SEND_QUEUE_SECONDS
-    while True:
-        await asyncio.sleep(QUEUE_POLL_SECONDS)
-        if abandoned is not None and abandoned():
-            raise NotFound()
-        # Checked again: memory may have changed, the session gone, while this send waited.
-        turn = await in_worker(_stored)(send=send, abandoned=abandoned)
-        if turn is not None:
-            return turn
-        if time.monotonic() >= deadline:
-            raise ReplyInProgress(
-                "Another reply is still being generated in this session; try again when it "
-                "finishes, or cancel it."
-            )
+    run = _run_stored(send=send)
+    return run if run is not None else TurnRun(send=send)
 
 
 async def turn_open(
@@ -93,17 +216,17 @@ async def turn_open(
     content: Any,
     client_id: Any,
     abandoned: Callable[[], bool] | None = None,
-) -> Turn:
-    """`turn_attempt` in a worker thread, then `turn_queue` if the session is busy: a send's
-    turn, stored (the user message and a `streaming` reply row) and prepared, or what the
-    first send of a repeated client_id stored (`created` False)."""
-    send, turn = await in_worker(turn_attempt)(
+) -> TurnRun:
+    """`turn_send` in a worker thread, then its wait in the queue: for callers on the event
+    loop (the WebSocket)."""
+    run: TurnRun = await in_worker(turn_send)(
         user=user, session_id=session_id, content=content, client_id=client_id
     )
-    return turn if turn is not None else await turn_queue(send=send, abandoned=abandoned)
+    await run.ready(abandoned=abandoned)
+    return run
 
 
-def turn_regenerate(*, user: Any, session_id: Any, message_id: int | None = None) -> Turn:
+def turn_regenerate(*, user: Any, session_id: Any, message_id: int | None = None) -> TurnRun:
     """Generate the session's last reply again (also the retry of a failed or cancelled one).
     Raises NotFound, NotLastReply (`message_id` given and not the last reply, or the session
     does not end with a reply), ReplyInProgress."""
@@ -125,7 +248,7 @@ def turn_regenerate(*, user: Any, session_id: Any, message_id: int | None = None
         query=user_message.content if user_message else "",
     )
     turn.prepared = turn_prepare(turn)
-    return turn
+    return TurnRun(turn=turn)
 
 
 # Strong references to replies started here: the event loop keeps only weak ones, and whoever
@@ -150,23 +273,13 @@ def _task_finished(task: asyncio.Task[Any]) -> None:
         logger.error("chat_reply_task_failed", exc_info=exc)
 
 
-async def replies_wait(*, timeout: float = 30.0) -> None:
-    """Wait until the replies started on this event loop have finished, after-reply work
-    included. For a loop about to close (tests serve each streamed response on a loop of its
-    own): a server's loop outlives its replies, and a reply cancelled at loop shutdown
-    instead of finishing was seen to hang there on PostgreSQL + Redis."""
-    loop = asyncio.get_running_loop()
-    mine = [task for task in _tasks if task.get_loop() is loop]
-    if mine:
-        await asyncio.wait(mine, timeout=timeout)
-
-
-async def reply_events(*, turn: Turn) -> AsyncIterator[Event]:
-    """The events of the turn's reply as it is generated, ending with `done`, for one
+async def _reply_events(run: TurnRun) -> AsyncIterator[Event]:
+    """The events of a new turn's reply as it is generated, ending with `done`, for one
     subscriber (a server-sent-events response). If the subscriber goes away, the reply goes
     on and is stored."""
     queue: asyncio.Queue[Event] = asyncio.Queue()
-    task = reply_spawn(turn=turn, emit=queue.put_nowait)
+    task = run.start(emit=queue.put_nowait)
+    assert task is not None
     while True:
         getter = asyncio.ensure_future(queue.get())
         done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
@@ -183,30 +296,3 @@ async def reply_events(*, turn: Turn) -> AsyncIterator[Event]:
                 return
         if getter not in done:
             return
-
-
-def _repeat_events(turn: Turn) -> list[Event]:
-    events: list[Event] = []
-    if turn.user_message is not None:
-        events.append({"type": "message", "message": message_payload(turn.user_message)})
-    reply = turn.reply
-    if reply is None:
-        return events
-    if reply.status == MessageStatus.STREAMING:
-        # Still generating: the partial now; the rest reaches the session's sockets.
-        events.append({"type": "message", "message": live_payload(message=reply)})
-        return events
-    events.append(
-        {
-            "type": "done",
-            "message": message_payload(reply),
-            "context_budget": context_budget_read(session_id=turn.session.pk),
-        }
-    )
-    return events
-
-
-async def turn_repeat_events(*, turn: Turn) -> list[Event]:
-    """A send whose client_id was seen before: what the first one stored, for that sender."""
-    events: list[Event] = await in_worker(_repeat_events)(turn)
-    return events

@@ -11,6 +11,7 @@ from contextlib import aclosing
 from typing import Any, cast
 
 from chat.llm.base import LLMProvider, Message, StreamEvent, StreamInterrupted
+from chat.shapes import delta_event
 from chat.turn.registry import Generation
 from chat.turn.rows import reply_progress, reply_progress_many
 from chat.workers import in_worker
@@ -76,22 +77,6 @@ def _progress_writer() -> _ProgressWriter:
     return writer
 
 
-def _delta(message_id: int, text: str, offset: int, emitted_at: float | None) -> dict[str, Any]:
-    delta: dict[str, Any] = {
-        "type": "delta",
-        "message_id": message_id,
-        "text": text,
-        # Where this piece starts in the reply: lets a reconnecting socket drop pieces its
-        # resumed partial already holds (chat/consumers.py).
-        "offset": offset,
-    }
-    if emitted_at is not None:
-        # The provider's own emit time (the fake server sends it), so a client can measure the
-        # latency this server adds (bench/realtime.py).
-        delta["emitted_at"] = emitted_at
-    return delta
-
-
 async def stream_round(
     *,
     gen: Generation,
@@ -121,7 +106,14 @@ async def stream_round(
             async for event in stream:
                 if event.kind == "delta" and event.text:
                     parts.append(event.text)
-                    gen.publish(_delta(message_id, event.text, sent, event.emitted_at))
+                    gen.publish(
+                        delta_event(
+                            message_id=message_id,
+                            text=event.text,
+                            offset=sent,
+                            emitted_at=event.emitted_at,
+                        )
+                    )
                     sent += len(event.text)
                 elif event.kind == "done":
                     usage = event.usage

@@ -45,7 +45,7 @@ from chat.context import context_config_for
 from chat.llm.base import Message
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.services.agents import agent_settings, agent_tools
-from chat.shapes import message_payload
+from chat.shapes import message_payload, tool_call_event, tool_result_event
 from chat.tools import Tool, ToolContext, tool_run
 from chat.turn.checkpoint import LoopWindow
 from chat.workers import in_worker
@@ -245,7 +245,7 @@ async def agent_tool_loop_run(
         row = await in_worker(reply_tool_calls_set)(
             message_id=state.reply.pk, content=text, tool_calls=calls
         )
-        publish({"type": "tool_call", "message": message_payload(row)})
+        publish(tool_call_event(message=message_payload(row)))
         round_messages: list[Message] = [
             {"role": "assistant", "content": text, "tool_calls": calls}
         ]
@@ -274,12 +274,11 @@ async def agent_tool_loop_run(
                     int((time.monotonic() - started) * 1000),
                 )
                 publish(
-                    {
-                        "type": "tool_result",
-                        "message": message_payload(tool_row),
-                        "tool": call["function"]["name"],
-                        "is_error": is_error,
-                    }
+                    tool_result_event(
+                        message=message_payload(tool_row),
+                        tool=call["function"]["name"],
+                        is_error=is_error,
+                    )
                 )
                 round_messages.append(
                     {"role": "tool", "tool_call_id": call["id"], "content": result}

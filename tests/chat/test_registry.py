@@ -8,7 +8,7 @@ from chat.turn.registry import AFTER_FIRST_TOKEN_DELAY_SECONDS, Generation
 
 
 def _generation(seen: list[str]) -> Generation:
-    return Generation(session_id=1, emit=lambda event: seen.append(event["type"]))
+    return Generation(session_id=1, subscribers=[lambda event: seen.append(event["type"])])
 
 
 def test_work_waits_for_the_first_delta_then_runs_once():

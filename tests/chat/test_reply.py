@@ -49,7 +49,7 @@ def _sent(session):
 def _regenerated(session):
     turn = _sent(session)
     ChatMessage.objects.filter(pk=turn.reply.pk).update(status=MessageStatus.COMPLETE)
-    return turn_regenerate(user=session.owner, session_id=session.pk)
+    return turn_regenerate(user=session.owner, session_id=session.pk).turn
 
 
 # One query, the verbatim tail: the session, its agent and the user message come with the turn,
