@@ -250,3 +250,86 @@ async def test_refusals_hold_on_a_real_server(two_daphnes, alice):
             ):
                 pass
         assert refused.value.response.status_code == 403
+
+
+# --- a repeated client_id on the other process while the reply streams ---------------------
+# Over server-sent events the repeat follows the reply from the rows the generating process
+# saves; over a WebSocket from the session's group. Both end with `done` carrying the reply
+# complete, never `streaming`.
+
+
+def _sse(body: str) -> list[dict[str, Any]]:
+    return [
+        json.loads(line[6:])
+        for block in body.split("\n\n")
+        for line in block.splitlines()
+        if line.startswith("data: ")
+    ]
+
+
+def _assert_final(events: list[dict[str, Any]], content: str) -> None:
+    done = [e for e in events if e["type"] == "done"]
+    assert len(done) == 1 and events[-1] is done[0], [e["type"] for e in events]
+    assert done[0]["message"]["status"] == "complete"
+    assert done[0]["message"]["content"] == content
+
+
+async def _started_on(server: Any, session_id: int, cookie: str, client_id: str) -> Any:
+    """A WebSocket send on `server`, read until its reply has streamed a few pieces."""
+    ws = await _ws(server, session_id, cookie).__aenter__()
+    await ws.send(json.dumps({"type": "send", "content": "go", "client_id": client_id}))
+    deltas = 0
+    while deltas < 5:
+        if json.loads(await ws.recv())["type"] == "delta":
+            deltas += 1
+    return ws
+
+
+async def test_sse_repeat_on_another_process_follows_the_live_reply(
+    two_daphnes, alice, fake_llm_slow
+):
+    a, b = two_daphnes
+    session = alice["session"]
+    fake_llm_slow.script({"content": _words(60), "token_ms": 25})
+    first = await _started_on(a, session.pk, alice["cookie"], "twice")
+
+    def repeat() -> httpx.Response:
+        return httpx.post(
+            b.url + "/api/v1/chat/send",
+            json={"session_id": session.pk, "content": "go", "client_id": "twice"},
+            headers={"Authorization": f"Token {alice['token']}", "Accept": "text/event-stream"},
+            timeout=30,
+        )
+
+    response = await asyncio.to_thread(repeat)
+    await _events_until_done(first)
+    await first.close()
+    assert response.status_code == 200, response.text
+    events = _sse(response.text)
+    assert events[0]["type"] == "message" and events[0]["message"]["role"] == "user"
+    partial = events[1]["message"]
+    assert events[1]["type"] == "message" and partial["status"] == "streaming"
+    _assert_final(events, _words(60))
+    assert _text(events[2:-1], partial["content"]) == _words(60)
+    assert fake_llm_slow.count("chat") == 1
+
+
+async def test_websocket_repeat_on_another_process_answers_as_sse_does(
+    two_daphnes, alice, fake_llm_slow
+):
+    a, b = two_daphnes
+    session = alice["session"]
+    fake_llm_slow.script({"content": _words(60), "token_ms": 25})
+    first = await _started_on(a, session.pk, alice["cookie"], "twice")
+    async with _ws(b, session.pk, alice["cookie"]) as again:
+        await again.send(json.dumps({"type": "send", "content": "go", "client_id": "twice"}))
+        seen = [e for _, e in await _events_until_done(again, timeout=30)]
+    await _events_until_done(first)
+    await first.close()
+    report = next(
+        i for i, e in enumerate(seen) if e["type"] == "message" and e["message"]["role"] == "user"
+    )
+    assert seen[report + 1]["type"] == "message"
+    assert seen[report + 1]["message"]["status"] == "streaming"
+    _assert_final(seen, _words(60))
+    assert fake_llm_slow.count("chat") == 1
