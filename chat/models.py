@@ -4,11 +4,26 @@ session's `context_summary` and its verbatim anchor, never a message row."""
 from __future__ import annotations
 
 import uuid
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Greatest
 from django.utils import timezone
+
+# A reply row still `streaming` with no progress saved for this long belongs to no live
+# process: a generating process saves progress (updated_at) at least every SAVE_EVERY_SECONDS
+# while tokens flow (chat/turn/stream.py).
+STALE_STREAMING_SECONDS = 120
+
+
+def reply_live_since(*, seconds: int = STALE_STREAMING_SECONDS) -> datetime:
+    """The one rule for "is this reply being generated": `streaming`, with progress saved
+    since this moment. Everything that asks (a send's busy check, regenerate, truncate, a
+    socket's resume, a repeat's follow, the sweep) asks through it."""
+    return timezone.now() - timedelta(seconds=seconds)
 
 
 class Agent(models.Model):
@@ -40,6 +55,18 @@ class Agent(models.Model):
         return self.name
 
 
+class ChatSessionQuerySet(models.QuerySet["ChatSession"]):
+    def counters_add(self, *, messages: int, at: datetime | None = None) -> int:
+        """The one way the session list's counters change: `messages` more (fewer, when
+        negative; never below zero) and the last activity, as one relative UPDATE, so
+        concurrent writers never lose a count. The send's store does the same in the SQL
+        that also takes the session's lock (chat/turn/rows.py)."""
+        fields: dict[str, Any] = {"message_count": Greatest(F("message_count") + messages, 0)}
+        if at is not None:
+            fields["last_activity_at"] = at
+        return self.update(**fields)
+
+
 class ChatSession(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chat_sessions"
@@ -66,6 +93,8 @@ class ChatSession(models.Model):
     last_activity_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ChatSessionQuerySet.as_manager()
 
     class Meta:
         db_table = "chat_sessions"
@@ -99,6 +128,19 @@ class MessageStatus(models.TextChoices):
 EXCLUDED_FROM_MODEL = (MessageStatus.STREAMING, MessageStatus.FAILED)
 
 
+class ChatMessageQuerySet(models.QuerySet["ChatMessage"]):
+    def replies_live(self) -> ChatMessageQuerySet:
+        """Replies being generated now, in any process (reply_live_since)."""
+        return self.filter(status=MessageStatus.STREAMING, updated_at__gte=reply_live_since())
+
+    def replies_stale(self, *, seconds: int = STALE_STREAMING_SECONDS) -> ChatMessageQuerySet:
+        """Replies left `streaming` by a process that died: the sweep fails them. `seconds`:
+        an operator's own bound (sweep_streaming --older-than)."""
+        return self.filter(
+            status=MessageStatus.STREAMING, updated_at__lt=reply_live_since(seconds=seconds)
+        )
+
+
 class ChatMessage(models.Model):
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
     role = models.CharField(max_length=16, choices=MessageRole.choices)
@@ -117,6 +159,8 @@ class ChatMessage(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ChatMessageQuerySet.as_manager()
 
     class Meta:
         db_table = "chat_messages"

@@ -6,14 +6,13 @@ before anything here runs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
 
 from chat.errors import NotFound, ReplyInProgress
-from chat.models import ChatMessage, ChatSession, ContextSnapshot, MessageStatus, SnapshotOutcome
+from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
 from chat.selectors import agent_for_user
 
 
@@ -44,7 +43,7 @@ class TruncateResult:
 
 
 def message_truncate(
-    *, session: ChatSession, message_id: int, streaming_since: datetime | None = None
+    *, session: ChatSession, message_id: int, refuse_while_replying: bool = False
 ) -> TruncateResult:
     """Delete `message_id` and every later message of the session, in one transaction.
 
@@ -52,8 +51,8 @@ def message_truncate(
     longer exist; the session is then rewound to the newest recorded state that covers only
     surviving messages (or to an empty summary), and the rewind is itself recorded.
 
-    `streaming_since`: refuse (ReplyInProgress, nothing deleted) while a reply row of the
-    session is `streaming` and was alive since then; a reply's final write must never find its
+    `refuse_while_replying`: refuse (ReplyInProgress, nothing deleted) while a reply of the
+    session is live (chat.models reply_live_since); a reply's final write must never find its
     row gone (the turn service stops the reply first, chat/turn/truncate.py)."""
     with transaction.atomic():
         # The lock serialises us with the send path (it stores turns under it), so nobody
@@ -66,19 +65,17 @@ def message_truncate(
         if not ChatMessage.objects.filter(session_id=locked.pk, pk=message_id).exists():
             raise NotFound()
         if (
-            streaming_since is not None
-            and ChatMessage.objects.filter(
-                session_id=locked.pk,
-                status=MessageStatus.STREAMING,
-                updated_at__gte=streaming_since,
-            ).exists()
+            refuse_while_replying
+            and ChatMessage.objects.filter(session_id=locked.pk).replies_live().exists()
         ):
             raise ReplyInProgress("A reply is being generated in this session; stop it first.")
         _, per_model = ChatMessage.objects.filter(session_id=locked.pk, id__gte=message_id).delete()
         # Per model: rows elsewhere that cascade from messages are not "messages deleted".
         deleted = per_model.get(ChatMessage._meta.label, 0)
+        ChatSession.objects.filter(pk=locked.pk).counters_add(messages=-deleted)
+        # Under the lock: the committed count, for the caller's budget.
         locked.message_count = max(0, locked.message_count - deleted)
-        fields = ["message_count", "updated_at", "context_version"]
+        fields = ["updated_at", "context_version"]
 
         anchor = locked.verbatim_since_message_id
         rewound = anchor is not None and message_id < anchor

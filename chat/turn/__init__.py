@@ -6,7 +6,8 @@
                     and run.own (a socket)
       -> follow:    a repeat's view of a reply already running, here or in another process
       -> checks:    a send's checks, in one order for every adapter
-      -> rows:      the turn's rows, from storing them to their final write
+      -> rows:      storing a turn (the user message and its reply row)
+      -> replies:   the reply row's life (progress, finish, fail, cancel, restart, sweep)
       -> generate:  one reply: prepare the context, run the rounds, finish, after-reply work
          -> toolloop (+ checkpoint): the model rounds and the agent's tool calls
          -> stream:   one model call, streamed, its progress saved
@@ -18,11 +19,11 @@ Nothing here calls back up: the registry knows no generation, the generation no 
 
 from chat.turn.generate import ReplyResult
 from chat.turn.registry import reply_cancel, reply_resume, reply_watch
-from chat.turn.rows import STALE_STREAMING_SECONDS, Turn, streaming_sweep
+from chat.turn.replies import streaming_sweep
+from chat.turn.rows import Turn
 from chat.turn.service import TurnResult, TurnRun, turn_open, turn_regenerate, turn_send
 
 __all__ = [
-    "STALE_STREAMING_SECONDS",
     "ReplyResult",
     "Turn",
     "TurnResult",

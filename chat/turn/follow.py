@@ -8,8 +8,8 @@ Two ways, one stream of events for the caller, ending with `done` in a final sta
   catch-up delta from the text it holds, all on the event loop so no token falls in between;
 - it runs in another process, or in none (the process died): read its row as the generating
   process saves it (every SAVE_EVERY_SECONDS), sending what grew as deltas, until the row is
-  final. A row silent for STALE_STREAMING_SECONDS belongs to no live process: the sweep fails
-  it, and that is the final status the caller gets.
+  final. A row silent for STALE_STREAMING_SECONDS (chat.models) belongs to no live process:
+  the sweep fails it, and that is the final status the caller gets.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from chat.context import context_budget_read
 from chat.models import ChatMessage, MessageRole, MessageStatus
 from chat.shapes import Event, delta_event, done_event, error_event, message_payload
 from chat.turn.registry import Generation, generation_running
-from chat.turn.rows import streaming_sweep
+from chat.turn.replies import streaming_sweep
 from chat.workers import in_worker
 
 # How often a reply generated elsewhere is read again: its process saves progress every 0.5 s.

@@ -52,7 +52,8 @@ from chat.services.compaction import compaction_event_end, session_compact
 from chat.services.titles import session_title_after_reply
 from chat.shapes import compaction_started_event, done_event, error_event, message_payload
 from chat.turn.registry import Emit, Generation, generation_tracked
-from chat.turn.rows import Prepared, Turn, reply_finish
+from chat.turn.replies import reply_cancel_store, reply_finish
+from chat.turn.rows import Prepared, Turn
 from chat.turn.stream import stream_round
 from chat.turn.toolloop import RoundsState, reply_rounds_run
 from chat.workers import background_submit, in_worker
@@ -354,19 +355,9 @@ def _finish_failed(
 
 
 def _finish_cancelled(*, turn: Turn, reply: ChatMessage) -> ReplyResult:
-    """A cancelled reply keeps the text it had (its last progress save), unless something else
-    (the tool loop's own cancel, a sweep) finished the row meanwhile."""
-    current = ChatMessage.objects.get(pk=reply.pk)
-    if current.status != MessageStatus.STREAMING:
-        return ReplyResult(
-            message=current, context_budget=context_budget_read(session_id=current.session_id)
-        )
-    return _finish_failed(
-        turn=turn,
-        reply=current,
-        content=current.content,
-        status=MessageStatus.CANCELLED,
-        metadata=None,
+    message = reply_cancel_store(reply=reply, session=turn.session)
+    return ReplyResult(
+        message=message, context_budget=context_budget_read(session_id=message.session_id)
     )
 
 

@@ -17,11 +17,9 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from channels.layers import get_channel_layer
-from django.utils import timezone
 
 from chat.errors import CancelFailed, NothingToCancel
 from chat.events import (
@@ -31,9 +29,8 @@ from chat.events import (
     event_publish_local,
     layer_is_shared,
 )
-from chat.models import ChatMessage, MessageStatus
+from chat.models import ChatMessage
 from chat.shapes import Event, delta_event, message_event, message_payload
-from chat.turn.rows import STALE_STREAMING_SECONDS
 from chat.workers import in_worker
 
 logger = logging.getLogger("chat.realtime")
@@ -265,14 +262,7 @@ async def _unlisten(gen: Generation, layer: Any) -> None:
 
 def streaming_reply(*, session_id: int) -> ChatMessage | None:
     """The session's reply being generated now, in any process (a fresh `streaming` row)."""
-    fresh_since = timezone.now() - timedelta(seconds=STALE_STREAMING_SECONDS)
-    return (
-        ChatMessage.objects.filter(
-            session_id=session_id, status=MessageStatus.STREAMING, updated_at__gte=fresh_since
-        )
-        .order_by("-id")
-        .first()
-    )
+    return ChatMessage.objects.filter(session_id=session_id).replies_live().order_by("-id").first()
 
 
 def live_payload(*, message: ChatMessage) -> dict[str, Any]:

@@ -34,7 +34,8 @@ from chat.turn.checks import SendRequest, send_rate_check
 from chat.turn.follow import reply_follow
 from chat.turn.generate import ReplyResult, reply_generate, turn_prepare
 from chat.turn.registry import Emit, live_payload
-from chat.turn.rows import Turn, reply_restart, turn_store
+from chat.turn.replies import reply_restart
+from chat.turn.rows import Turn, turn_store
 from chat.workers import in_worker
 
 logger = logging.getLogger("chat.realtime")

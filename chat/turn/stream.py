@@ -13,7 +13,7 @@ from typing import Any, cast
 from chat.llm.base import LLMProvider, Message, StreamEvent, StreamInterrupted
 from chat.shapes import delta_event
 from chat.turn.registry import Generation
-from chat.turn.rows import reply_progress, reply_progress_many
+from chat.turn.replies import reply_progress, reply_progress_many
 from chat.workers import in_worker
 
 logger = logging.getLogger("chat.reply")

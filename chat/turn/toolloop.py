@@ -33,29 +33,29 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-from django.db.models import F
-from django.utils import timezone
-
 from chat.context import context_config_for
 from chat.llm.base import Message
-from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
+from chat.models import ChatMessage, ChatSession, MessageRole
 from chat.services.agents import agent_settings, agent_tools
 from chat.shapes import message_payload, tool_call_event, tool_result_event
 from chat.tools import Tool, ToolContext, tool_run
 from chat.turn.checkpoint import LoopWindow
+from chat.turn.replies import (
+    reply_round_cancel,
+    reply_round_next,
+    reply_tool_calls_set,
+    tool_message_create,
+)
 from chat.workers import in_worker
 
 logger = logging.getLogger("chat.toolloop")
 
 StreamRound = Callable[..., Awaitable[tuple[str, dict[str, Any]]]]
 Publish = Callable[[dict[str, Any]], None]
-
-CANCELLED_RESULT = "Error: cancelled before this tool ran."
 
 
 @dataclass(slots=True)
@@ -101,79 +101,6 @@ async def reply_rounds_run(
 
 
 # --- the rows of a tool round --------------------------------------------------------------
-
-
-def tool_message_create(
-    *, session_id: int, role: str, content: str, tool_calls: Any = None, tool_call_id: str = ""
-) -> ChatMessage:
-    """Tool-loop rounds are stored as ordinary messages (assistant with tool_calls, tool)."""
-    with transaction.atomic():
-        message = ChatMessage.objects.create(
-            session_id=session_id,
-            role=role,
-            content=content,
-            tool_calls=tool_calls,
-            tool_call_id=tool_call_id,
-        )
-        ChatSession.objects.filter(pk=session_id).update(
-            message_count=F("message_count") + 1, last_activity_at=timezone.now()
-        )
-    return message
-
-
-def reply_tool_calls_set(
-    *, message_id: int, content: str, tool_calls: list[dict[str, Any]]
-) -> ChatMessage:
-    """The row being written asks for tools: store its text and calls. It stays `streaming`
-    until its tools have run (see the module docstring)."""
-    with transaction.atomic():
-        message = ChatMessage.objects.select_for_update().get(pk=message_id)
-        message.content = content
-        message.tool_calls = tool_calls
-        message.save(update_fields=["content", "tool_calls", "updated_at"])
-    return message
-
-
-def reply_round_next(
-    *, message_id: int, session_id: int, reply_to: int | None, tool_round: int
-) -> tuple[ChatMessage, ChatMessage]:
-    """Complete the tool-call row and open the next round's `streaming` row, atomically, so the
-    session never looks idle between two rounds. Returns (completed, new)."""
-    now = timezone.now()
-    with transaction.atomic():
-        done = ChatMessage.objects.select_for_update().get(pk=message_id)
-        done.status = MessageStatus.COMPLETE
-        done.metadata = {**done.metadata, "tool_round": tool_round}
-        done.save(update_fields=["status", "metadata", "updated_at"])
-        new = ChatMessage.objects.create(
-            session_id=session_id,
-            role=MessageRole.ASSISTANT,
-            content="",
-            status=MessageStatus.STREAMING,
-            metadata={"reply_to": reply_to, "tool_round": tool_round + 1},
-            created_at=now,
-        )
-        ChatSession.objects.filter(pk=session_id).update(
-            message_count=F("message_count") + 1, last_activity_at=now
-        )
-    return done, new
-
-
-def reply_round_cancel(
-    *, message_id: int, session_id: int, missing_call_ids: Sequence[str]
-) -> None:
-    """Cancelled between a tool call and its results: give every unanswered call a result (a
-    provider rejects a call without one in later payloads) and mark the row cancelled."""
-    for call_id in missing_call_ids:
-        tool_message_create(
-            session_id=session_id,
-            role=MessageRole.TOOL,
-            content=CANCELLED_RESULT,
-            tool_call_id=call_id,
-        )
-    ChatMessage.objects.filter(pk=message_id, status=MessageStatus.STREAMING).update(
-        status=MessageStatus.CANCELLED, updated_at=timezone.now()
-    )
 
 
 # --- the loop -------------------------------------------------------------------------------

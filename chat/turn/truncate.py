@@ -15,18 +15,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.utils import timezone
 
 from chat.errors import CancelFailed, NotFound, NothingToCancel, ReplyInProgress
 from chat.models import ChatMessage
 from chat.selectors import session_for_user
 from chat.services.sessions import TruncateResult, message_truncate
 from chat.turn.registry import generation_running, reply_cancel, streaming_reply
-from chat.turn.rows import STALE_STREAMING_SECONDS
 
 logger = logging.getLogger("chat.realtime")
 
@@ -80,10 +77,9 @@ def turn_truncate(*, user: Any, session_id: Any, message_id: int) -> Truncated:
     while True:
         running = _reply_still_running(session.pk)
         if running is None:
-            live_since = timezone.now() - timedelta(seconds=STALE_STREAMING_SECONDS)
             try:
                 result = message_truncate(
-                    session=session, message_id=message_id, streaming_since=live_since
+                    session=session, message_id=message_id, refuse_while_replying=True
                 )
             except ReplyInProgress:
                 pass  # a reply started between the look and the lock: stop that one too

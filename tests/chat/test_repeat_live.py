@@ -22,9 +22,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from cadau.asgi import application
-from chat.models import ChatMessage, MessageRole, MessageStatus
+from chat.models import STALE_STREAMING_SECONDS, ChatMessage, MessageRole, MessageStatus
 from chat.shapes import done_event
-from chat.turn.rows import STALE_STREAMING_SECONDS, reply_finish, reply_progress
+from chat.turn.replies import reply_finish, reply_progress
 from tests.chat.wsclient import TIMEOUT, login_cookie, loop_left_clean, socket_for  # noqa: F401
 from tests.factories import ChatSessionFactory
 

@@ -22,7 +22,8 @@ from chat.models import Agent, ChatMessage, ChatSession, MessageStatus
 from chat.services.agents import agent_update
 from chat.turn import generate, turn_regenerate
 from chat.turn.checks import SendRequest
-from chat.turn.rows import reply_finish, turn_store
+from chat.turn.replies import reply_finish
+from chat.turn.rows import turn_store
 from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
 
 

@@ -202,14 +202,16 @@ def test_fts5_segments_are_merged_after_a_reply_not_in_the_commit_that_wrote_the
 
 
 def test_a_finished_reply_tidies_the_search_index(owner, monkeypatch):
-    from chat.turn import rows
+    from chat.turn import replies
 
     tidied = []
-    monkeypatch.setattr(rows, "search_index_tidy", lambda: tidied.append(True))
+    monkeypatch.setattr(replies, "search_index_tidy", lambda: tidied.append(True))
     session = ChatSessionFactory(owner=owner)
     reply = ChatMessageFactory(
         session=session, role=MessageRole.ASSISTANT, content="", status=MessageStatus.STREAMING
     )
-    rows.reply_finish(message=reply, session=session, content="done", status=MessageStatus.COMPLETE)
-    rows.reply_finish(message=reply, session=session, content="x", status=MessageStatus.FAILED)
+    replies.reply_finish(
+        message=reply, session=session, content="done", status=MessageStatus.COMPLETE
+    )
+    replies.reply_finish(message=reply, session=session, content="x", status=MessageStatus.FAILED)
     assert tidied == [True, True]

@@ -12,7 +12,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from chat.turn import STALE_STREAMING_SECONDS, streaming_sweep
+from chat.models import STALE_STREAMING_SECONDS
+from chat.turn import streaming_sweep
 
 
 class Command(BaseCommand):

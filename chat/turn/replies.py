@@ -1,0 +1,316 @@
+"""The reply row's life, and the one rule for whether a reply is live (chat.models
+reply_live_since). A reply row is created `streaming` with its turn (chat/turn/rows.py) or a
+tool round (reply_round_next), and then:
+
+    streaming --progress--> streaming     reply_progress(_many): text so far, and liveness
+    streaming --finish----> complete      reply_finish
+              --fail------> failed        reply_finish (the model failed), streaming_sweep and
+                                          reply_busy_check (its process died)
+              --cancel----> cancelled     reply_cancel_store
+    final     --restart---> streaming     reply_restart (regenerate, retry)
+
+Only `streaming` rows are written by the generation; a final row is never written again except
+by a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from chat.errors import ReplyInProgress, TooManyReplies
+from chat.models import (
+    STALE_STREAMING_SECONDS,
+    ChatMessage,
+    ChatSession,
+    MessageRole,
+    MessageStatus,
+    reply_live_since,
+)
+from chat.search.backends import search_index_tidy
+
+# What a refusal for too many replies at once suggests: a reply takes seconds.
+REPLY_SLOT_RETRY_SECONDS = 5
+
+
+def reply_busy_check(*, session: ChatSession) -> None:
+    """ReplyInProgress while a reply of the session is live. When none is, fail the session's
+    stale `streaming` rows (a reply orphaned by a crash shortly before the last restart
+    escapes the start-up sweep, and the session's next send finishes it off), and check the
+    owner's replies generating in their other sessions against CHAT_MAX_CONCURRENT_REPLIES
+    (TooManyReplies). One read of the partial index chat_msg_streaming_idx, which holds only
+    the few streaming rows, for all three."""
+    cap = settings.CHAT_MAX_CONCURRENT_REPLIES
+    streaming = ChatMessage.objects.filter(status=MessageStatus.STREAMING)
+    # Without a cap only this session's rows matter: a user with hundreds of replies going
+    # (a benchmark) would make every send read all of them.
+    streaming = (
+        streaming.filter(session__owner_id=session.owner_id)
+        if cap
+        else streaming.filter(session_id=session.pk)
+    )
+    rows = list(streaming.only("id", "session_id", "updated_at", "metadata"))
+    fresh_since = reply_live_since()
+    own = [row for row in rows if row.session_id == session.pk]
+    # reply_live_since's rule, applied to the rows read once for all three checks.
+    if any(row.updated_at >= fresh_since for row in own):
+        raise _busy()
+    for row in own:
+        _reply_interrupted(row)
+    elsewhere = sum(
+        1 for row in rows if row.session_id != session.pk and row.updated_at >= fresh_since
+    )
+    if cap and elsewhere >= cap:
+        raise _too_many(elsewhere=elsewhere, cap=cap)
+
+
+def _too_many(*, elsewhere: int, cap: int) -> TooManyReplies:
+    return TooManyReplies(
+        f"{elsewhere} of your replies are being generated in other chats; this server "
+        f"allows {cap} at once. Try again when one finishes.",
+        retry_after=REPLY_SLOT_RETRY_SECONDS,
+    )
+
+
+def _reply_interrupted(message: ChatMessage) -> None:
+    message.status = MessageStatus.FAILED
+    message.metadata = {**message.metadata, "error": "interrupted: the server stopped"}
+    message.save(update_fields=["status", "metadata", "updated_at"])
+
+
+def _busy() -> ReplyInProgress:
+    return ReplyInProgress(
+        "Another reply is still being generated in this session; try again when it finishes, "
+        "or cancel it."
+    )
+
+
+def reply_restart(*, session: ChatSession, reply: ChatMessage) -> ChatMessage:
+    """Regenerate / retry: the reply row goes back to `streaming` with empty content."""
+    with transaction.atomic():
+        ChatSession.objects.select_for_update().get(pk=session.pk)
+        if ChatMessage.objects.filter(session_id=session.pk).replies_live().exists():
+            raise _busy()
+        # A regenerate starts a reply like a send does: it counts against the same cap (it
+        # went around it, and a user could run any number of replies at once).
+        cap = settings.CHAT_MAX_CONCURRENT_REPLIES
+        if cap:
+            elsewhere = (
+                ChatMessage.objects.filter(session__owner_id=session.owner_id)
+                .replies_live()
+                .exclude(session_id=session.pk)
+                .count()
+            )
+            if elsewhere >= cap:
+                raise _too_many(elsewhere=elsewhere, cap=cap)
+        reply.content = ""
+        reply.status = MessageStatus.STREAMING
+        reply.metadata = {k: v for k, v in reply.metadata.items() if k != "error"}
+        reply.save(update_fields=["content", "status", "metadata", "updated_at"])
+    return reply
+
+
+def reply_progress(*, message_id: int, content: str) -> None:
+    """Save one growing reply (a cancelled stream's last words)."""
+    reply_progress_many(updates={message_id: content})
+
+
+def reply_progress_many(*, updates: dict[int, str]) -> None:
+    """Save growing replies, all in one transaction: one connection, one commit and one prepared
+    statement per batch however many replies are streaming. Each save is a plain parametrised
+    UPDATE run by `executemany`: building 200 ORM querysets per batch held the GIL for tens of
+    milliseconds while the event loop waited to forward the next tokens. Rows no longer
+    `streaming` are left alone, so a batch that lands after a reply's final write changes
+    nothing. Bumps updated_at, the liveness signal that keeps a row from being swept."""
+    if not updates:
+        return
+    meta, qn = ChatMessage._meta, connection.ops.quote_name
+    # Identifiers come from the model and are quoted; every value is a parameter.
+    table, content_col, updated_col, id_col, status_col = (
+        qn(meta.db_table),
+        qn(meta.get_field("content").column),
+        qn(meta.get_field("updated_at").column),
+        qn(meta.pk.column),
+        qn(meta.get_field("status").column),
+    )
+    sql = (
+        f"UPDATE {table} SET {content_col} = %s, {updated_col} = %s "  # noqa: S608
+        f"WHERE {id_col} = %s AND {status_col} = %s"
+    )
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    rows = [
+        (content, now, message_id, str(MessageStatus.STREAMING))
+        for message_id, content in updates.items()
+    ]
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
+
+
+@dataclass(slots=True)
+class ReplyFinished:
+    message: ChatMessage
+    # The session still had the context version and agent `session` was read with: nothing
+    # (compaction, rewind, agent edit) moved the context during the reply, so what was read
+    # then still holds (chat.context.context_state_after_reply).
+    context_unchanged: bool
+
+
+def reply_finish(
+    *,
+    message: ChatMessage,
+    session: ChatSession,
+    content: str,
+    status: str,
+    metadata: dict[str, Any] | None = None,
+) -> ReplyFinished:
+    """The final write of a reply row, and the session's `last_activity_at`.
+
+    A reply that completed is written with one UPDATE guarded by `status = streaming`, from the
+    row as this process holds it (only the generation writes a streaming row's metadata, so
+    merging into the copy held here loses nothing), and the stamp is guarded by the context
+    version and agent `session` was read with, so the caller learns for free whether its
+    context moved: at the end of 200 replies at once each query is GIL time the other replies'
+    last tokens wait for. A row no longer streaming (swept, cancelled meanwhile), or a reply
+    that did not complete, takes the locked read-and-write instead.
+    Then the search index is tidied (search_index_tidy), as no one waits on a reply's end."""
+    now = timezone.now()
+    if status == MessageStatus.COMPLETE:
+        merged = {**message.metadata, **(metadata or {})}
+        written = ChatMessage.objects.filter(pk=message.pk, status=MessageStatus.STREAMING).update(
+            content=content, status=status, metadata=merged, updated_at=now
+        )
+        if written:
+            same = ChatSession.objects.filter(
+                pk=session.pk, context_version=session.context_version
+            )
+            if session.agent is None:
+                same = same.filter(agent__isnull=True)
+            else:
+                same = same.filter(
+                    agent_id=session.agent.pk, agent__updated_at=session.agent.updated_at
+                )
+            unchanged = same.update(last_activity_at=now) == 1
+            if not unchanged:
+                ChatSession.objects.filter(pk=session.pk).update(last_activity_at=now)
+            message.content, message.status, message.metadata = content, status, merged
+            message.updated_at = now
+            search_index_tidy()
+            return ReplyFinished(message=message, context_unchanged=unchanged)
+    with transaction.atomic():
+        row = ChatMessage.objects.select_for_update().get(pk=message.pk)
+        row.content = content
+        row.status = status
+        if metadata:
+            row.metadata = {**row.metadata, **metadata}
+        row.save(update_fields=["content", "status", "metadata", "updated_at"])
+        ChatSession.objects.filter(pk=row.session_id).update(last_activity_at=timezone.now())
+    search_index_tidy()
+    return ReplyFinished(message=row, context_unchanged=False)
+
+
+def streaming_sweep(
+    *, older_than_seconds: int = STALE_STREAMING_SECONDS, session_id: int | None = None
+) -> int:
+    """Mark replies left `streaming` by a dead process as failed, so nothing stays stuck. Runs
+    at start-up for every session, and for one session whenever a send finds it idle: a live
+    reply saves progress (updated_at) at least every SAVE_EVERY_SECONDS while tokens flow, so a
+    row silent this long belongs to no running process, in this one or any other."""
+    stale = ChatMessage.objects.replies_stale(seconds=older_than_seconds)
+    if session_id is not None:
+        stale = stale.filter(session_id=session_id)
+    count = 0
+    for message in stale.only("id", "metadata"):
+        _reply_interrupted(message)
+        count += 1
+    return count
+
+
+def reply_cancel_store(*, reply: ChatMessage, session: ChatSession) -> ChatMessage:
+    """A cancelled reply keeps the text it had (its last progress save), unless something else
+    (the tool loop's own cancel, a sweep) finished the row meanwhile."""
+    current = ChatMessage.objects.get(pk=reply.pk)
+    if current.status != MessageStatus.STREAMING:
+        return current
+    return reply_finish(
+        message=current, session=session, content=current.content, status=MessageStatus.CANCELLED
+    ).message
+
+
+# --- the rows of the agent's tool rounds (chat/turn/toolloop.py) -----------------------------
+
+
+CANCELLED_RESULT = "Error: cancelled before this tool ran."
+
+
+def tool_message_create(
+    *, session_id: int, role: str, content: str, tool_calls: Any = None, tool_call_id: str = ""
+) -> ChatMessage:
+    """Tool-loop rounds are stored as ordinary messages (assistant with tool_calls, tool)."""
+    with transaction.atomic():
+        message = ChatMessage.objects.create(
+            session_id=session_id,
+            role=role,
+            content=content,
+            tool_calls=tool_calls,
+            tool_call_id=tool_call_id,
+        )
+        ChatSession.objects.filter(pk=session_id).counters_add(messages=1, at=timezone.now())
+    return message
+
+
+def reply_tool_calls_set(
+    *, message_id: int, content: str, tool_calls: list[dict[str, Any]]
+) -> ChatMessage:
+    """The row being written asks for tools: store its text and calls. It stays `streaming`
+    until its tools have run (see the module docstring)."""
+    with transaction.atomic():
+        message = ChatMessage.objects.select_for_update().get(pk=message_id)
+        message.content = content
+        message.tool_calls = tool_calls
+        message.save(update_fields=["content", "tool_calls", "updated_at"])
+    return message
+
+
+def reply_round_next(
+    *, message_id: int, session_id: int, reply_to: int | None, tool_round: int
+) -> tuple[ChatMessage, ChatMessage]:
+    """Complete the tool-call row and open the next round's `streaming` row, atomically, so the
+    session never looks idle between two rounds. Returns (completed, new)."""
+    now = timezone.now()
+    with transaction.atomic():
+        done = ChatMessage.objects.select_for_update().get(pk=message_id)
+        done.status = MessageStatus.COMPLETE
+        done.metadata = {**done.metadata, "tool_round": tool_round}
+        done.save(update_fields=["status", "metadata", "updated_at"])
+        new = ChatMessage.objects.create(
+            session_id=session_id,
+            role=MessageRole.ASSISTANT,
+            content="",
+            status=MessageStatus.STREAMING,
+            metadata={"reply_to": reply_to, "tool_round": tool_round + 1},
+            created_at=now,
+        )
+        ChatSession.objects.filter(pk=session_id).counters_add(messages=1, at=now)
+    return done, new
+
+
+def reply_round_cancel(
+    *, message_id: int, session_id: int, missing_call_ids: Sequence[str]
+) -> None:
+    """Cancelled between a tool call and its results: give every unanswered call a result (a
+    provider rejects a call without one in later payloads) and mark the row cancelled."""
+    for call_id in missing_call_ids:
+        tool_message_create(
+            session_id=session_id,
+            role=MessageRole.TOOL,
+            content=CANCELLED_RESULT,
+            tool_call_id=call_id,
+        )
+    ChatMessage.objects.filter(pk=message_id, status=MessageStatus.STREAMING).update(
+        status=MessageStatus.CANCELLED, updated_at=timezone.now()
+    )
