@@ -9,6 +9,13 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 
+from chat.context import (
+    Payload,
+    context_compact,
+    context_compaction_decide,
+    context_payload_build,
+    context_state_fresh,
+)
 from chat.turn import service
 
 
@@ -62,3 +69,19 @@ def send_streaming(api: Any, session: Any, content: str) -> list[dict[str, Any]]
     )
     assert response.status_code == 200, response.content
     return sse_events(response)
+
+
+def context_payload(*, session_id: int, query: str = "", compact: bool = True) -> Payload:
+    """Read the session's context and build its payload, compacting first (and waiting) when
+    the decision says a send would (`compact`); what a send does, without storing a turn."""
+    state = context_state_fresh(session_id=session_id, query=query)
+    compactions = []
+    if compact and context_compaction_decide(state=state) != "none":
+        result = context_compact(session_id=session_id, trigger="before_send", query=query)
+        compactions.append(result)
+        if result.changed:
+            state = context_state_fresh(session_id=session_id, query=query)
+    payload = context_payload_build(state=state)
+    payload.rows_read += sum(r.rows_read for r in compactions)
+    payload.compactions = compactions
+    return payload

@@ -24,8 +24,7 @@ from chat.context.commit import CompactionResult, Trigger
 from chat.context.compaction import (
     SendCompaction,
     context_compact,
-    context_compaction_at_send,
-    context_compacts_before_call,
+    context_compaction_decide,
     context_reset,
     context_strategy,
 )
@@ -34,7 +33,6 @@ from chat.context.heading import SUMMARY_PREFIX_EN, SUMMARY_PREFIX_ZH, summary_p
 from chat.context.payload import (
     Payload,
     context_check_fits,
-    context_payload,
     context_payload_build,
 )
 from chat.context.prompt import (
@@ -81,11 +79,9 @@ __all__ = [
     "context_check_fits",
     "context_choose_cut",
     "context_compact",
-    "context_compaction_at_send",
-    "context_compacts_before_call",
+    "context_compaction_decide",
     "context_config_for",
     "context_needs_compaction",
-    "context_payload",
     "context_payload_build",
     "context_reset",
     "context_state_after_reply",

@@ -176,27 +176,31 @@ def context_strategy(*, state: ContextState) -> Strategy:
     return STRATEGIES[state.cfg.strategy]
 
 
-def context_compacts_before_call(*, state: ContextState) -> bool:
-    """Whether a call built from `state` should be compacted first: past the threshold (ours),
-    or always (the seed's loop)."""
-    return context_needs_compaction(state=state) or context_strategy(state=state).runs_every_send
-
-
 SendCompaction = Literal["none", "now", "background"]
 
 
-def context_compaction_at_send(*, state: ContextState) -> SendCompaction:
-    """What a send does about compaction. With background compaction on (the default) ours
-    never makes the user wait for a summary: a session found past the threshold (a large
-    message, a failed summary, an import that was never summarised) is sent as it is, trimmed
-    to the hard limit if it must be, and compacted in the background at once. Off, or with the
-    seed's loop, the send compacts first and waits."""
-    if not context_compacts_before_call(state=state):
-        return "none"
+def context_compaction_decide(
+    *, state: ContextState, after_reply: bool = False, reserve_runes: int = 0
+) -> SendCompaction:
+    """The one decision of when to compact, for a send (before its model call) and after a
+    reply ("none", "now": wait for it, "background": no one waits).
+
+    At a send: past the threshold (ours), or always (the seed's loop). With background
+    compaction on (the default) ours never makes the user wait for a summary: a session found
+    past the threshold (a large message, a failed summary, an import never summarised) is sent
+    as it is, trimmed to the hard limit if it must be, and compacted in the background at once.
+    Off, or with the seed's loop, the send compacts first and waits.
+
+    After a reply (`reserve_runes`: the expected size of the next turn): in the background,
+    when the next turn would cross the threshold, so the next send rarely finds it crossed."""
     strategy = context_strategy(state=state)
-    if settings.CHAT_BACKGROUND_COMPACTION and strategy.in_background:
-        return "background"
-    return "now"
+    background = settings.CHAT_BACKGROUND_COMPACTION and strategy.in_background
+    if after_reply:
+        due = background and context_needs_compaction(state=state, reserve_runes=reserve_runes)
+        return "background" if due else "none"
+    if not (context_needs_compaction(state=state) or strategy.runs_every_send):
+        return "none"
+    return "background" if background else "now"
 
 
 def context_compact(

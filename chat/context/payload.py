@@ -7,10 +7,9 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 
-from chat.context.commit import CompactionResult, Trigger
-from chat.context.compaction import context_compact, context_compacts_before_call
+from chat.context.commit import CompactionResult
 from chat.context.prompt import SystemPrompt, context_config_for, session_model, system_text
-from chat.context.state import ContextState, TailMessage, context_state_fresh
+from chat.context.state import ContextState, TailMessage
 from chat.context.trim import (
     MESSAGE_OVERHEAD_TOKENS,
     PayloadTooLarge,
@@ -93,24 +92,6 @@ def _payload_build(*, state: ContextState) -> Payload:
         dropped=dropped,
         rows_read=state.rows_read,
     )
-
-
-def context_payload(
-    *, session_id: int, query: str = "", compact: bool = True, trigger: Trigger = "before_send"
-) -> Payload:
-    """Read the session's context and build its payload, compacting first when it is due
-    (`compact`). Never raises for a failed summary; raises PayloadTooLarge."""
-    state = context_state_fresh(session_id=session_id, query=query)
-    compactions = []
-    if compact and context_compacts_before_call(state=state):
-        result = context_compact(session_id=session_id, trigger=trigger, query=query)
-        compactions.append(result)
-        if result.changed:
-            state = context_state_fresh(session_id=session_id, query=query)
-    payload = context_payload_build(state=state)
-    payload.rows_read += sum(r.rows_read for r in compactions)
-    payload.compactions = compactions
-    return payload
 
 
 def context_check_fits(*, session: ChatSession, prompt: SystemPrompt, content: str) -> None:

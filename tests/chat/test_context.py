@@ -12,6 +12,7 @@ from chat.context.commit import lease_claim, lease_release
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, MessageRole, SnapshotOutcome
 from chat.services.sessions import message_truncate
 from tests.factories import ChatSessionFactory, make_conversation
+from tests.helpers import context_payload
 
 SMALL = ContextConfig(
     input_budget_runes=3000,
@@ -138,7 +139,7 @@ def test_summary_goes_into_the_system_prompt_under_the_prefix(fake_llm, small_bu
     session = _long_session()
     fake_llm.script_summary("SUMMARY-TEXT")
     ctx.context_compact(session_id=session.pk, trigger="manual")
-    payload = ctx.context_payload(session_id=session.pk, compact=False)
+    payload = context_payload(session_id=session.pk, compact=False)
     system = payload.messages[0]
     assert system["role"] == "system"
     assert ctx.SUMMARY_PREFIX_EN + "\nSUMMARY-TEXT" in system["content"]
@@ -171,7 +172,7 @@ def test_a_failed_summary_changes_nothing_and_the_payload_still_fits(
     session = _long_session(turns=14)
     before = list(ChatMessage.objects.order_by("id").values_list("id", "content"))
     fake_llm.fail_next(fault, target="summary", **kwargs)
-    payload = ctx.context_payload(session_id=session.pk)
+    payload = context_payload(session_id=session.pk)
     assert payload.compactions[0].outcome == outcome
     session.refresh_from_db()
     assert session.verbatim_since_message_id is None
@@ -332,7 +333,7 @@ def test_payload_never_exceeds_the_hard_limit_and_huge_messages_are_refused(fake
     session = _long_session(turns=3)
     ChatMessage.objects.create(session=session, role="user", content="q" * 5000)
     with pytest.raises(ctx.PayloadTooLarge):
-        ctx.context_payload(session_id=session.pk)
+        context_payload(session_id=session.pk)
 
 
 @pytest.mark.django_db

@@ -19,6 +19,7 @@ from chat.search.recall import excerpts_render, recall_search
 from chat.search.terms import TERM_MAX_CHARS, TERMS_MAX, recall_terms
 from chat.tools import ToolContext, tool_run, tools_enabled_for
 from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
+from tests.helpers import context_payload
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -111,7 +112,6 @@ def test_automatic_recall_never_takes_much_of_a_small_window(owner, fake_llm, se
 
 
 def test_automatic_recall_is_counted_in_the_sends_payload(owner, fake_llm, settings):
-    from chat.context import context_payload
 
     session, _ = _archived(owner, fake_llm)
     question = "Where is the spare key, and what is the door code?"

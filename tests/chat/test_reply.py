@@ -1,4 +1,4 @@
-"""chat/turn/generate.py and rows.py: the database work of one reply, trip by trip.
+"""chat/turn/prepare.py, finish.py and replies.py: the database work of one reply, trip by trip.
 
 With 200 sends at once every query of a send is ORM time that holds the GIL while the other
 replies' tokens wait (bench/realtime.py), so the count per trip is pinned here: a change that
@@ -20,7 +20,7 @@ from chat.context import (
 )
 from chat.models import Agent, ChatMessage, ChatSession, MessageStatus
 from chat.services.agents import agent_update
-from chat.turn import generate, turn_regenerate
+from chat.turn import finish, prepare, turn_regenerate
 from chat.turn.checks import SendRequest
 from chat.turn.replies import reply_finish
 from chat.turn.rows import turn_store
@@ -59,7 +59,7 @@ def _regenerated(session):
 def test_prepare_reads_only_the_tail(session, django_assert_num_queries, begin):
     turn = begin(session)
     with django_assert_num_queries(1):
-        prepared = generate.turn_prepare(turn)
+        prepared = prepare.turn_prepare(turn)
     assert prepared.state.session.agent == session.agent
     assert prepared.payload is not None
     assert prepared.payload.messages[-1] == {"role": "user", "content": "hello"}
@@ -67,11 +67,11 @@ def test_prepare_reads_only_the_tail(session, django_assert_num_queries, begin):
 
 def _prepared_turn(session):
     turn = _sent(session)
-    return turn, generate.turn_prepare(turn)
+    return turn, prepare.turn_prepare(turn)
 
 
 def _finish(turn, state, *, same_row=True):
-    return generate._finish(
+    return finish.reply_result_complete(
         state=state,
         reply=turn.reply,
         same_row=same_row,
@@ -101,7 +101,7 @@ def test_finish_reads_nothing_back_when_the_context_did_not_move(
     assert ChatSession.objects.get(pk=session.pk).last_activity_at == message.updated_at
     # Hooks and the compaction decision run on what the finish worked out: no query either.
     with django_assert_num_queries(0):
-        generate._after_reply(after=after, turn=turn, reply=message, query_runes=5)
+        finish.after_reply_run(after=after, turn=turn, reply=message, query_runes=5)
 
 
 def _compacted(session):

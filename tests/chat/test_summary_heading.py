@@ -25,6 +25,7 @@ from chat.context.heading import (
 )
 from chat.models import ChatMessage, ChatSession, MessageRole
 from tests.factories import ChatSessionFactory
+from tests.helpers import context_payload
 
 ZH_SUMMARY = (
     "## Facts and decisions\n- 用户叫张伟，在上海做数据分析。\n"
@@ -104,7 +105,7 @@ def test_a_chinese_conversation_is_sent_the_chinese_heading(settings):
     ChatSession.objects.filter(pk=session.pk).update(
         context_summary=ZH_SUMMARY, verbatim_since_message_id=first.pk
     )
-    payload = ctx.context_payload(session_id=session.pk, compact=False)
+    payload = context_payload(session_id=session.pk, compact=False)
     system = payload.messages[0]["content"]
     assert f"{SUMMARY_PREFIX_ZH}\n{ZH_SUMMARY}" in system
     assert SUMMARY_PREFIX_EN not in system
@@ -182,7 +183,7 @@ def test_a_model_echoing_the_heading_has_it_removed_before_commit(fake_llm, sett
     assert result.outcome == "committed"
     session.refresh_from_db()
     assert session.context_summary == "## Facts and decisions\n- 用户在做数据分析。"
-    payload = ctx.context_payload(session_id=session.pk, compact=False)
+    payload = context_payload(session_id=session.pk, compact=False)
     system = payload.messages[0]["content"]
     assert system.count(SUMMARY_PREFIX_ZH) == 1 and SUMMARY_PREFIX_EN not in system
 
