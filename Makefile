@@ -14,14 +14,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-install: $(VENV)/.installed
+# The page's JavaScript tooling (ESLint), from the lock file only; again when it changes.
+node_modules/.installed: package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+install: $(VENV)/.installed node_modules/.installed
 
 # First run only: a fresh SECRET_KEY in a git-ignored file; nothing secret lives in the repo.
 .env.local: | $(VENV)/.installed
 	$(PY) -c 'import secrets; print("SECRET_KEY=" + secrets.token_urlsafe(50))' > $@
 	chmod 600 $@
 
-migrate: install .env.local
+migrate: $(VENV)/.installed .env.local
 	$(PY) manage.py migrate --noinput
 
 run: migrate
@@ -30,6 +35,7 @@ run: migrate
 	$(PY) -m cadau.serve -b $(HOST) -p $(PORT) cadau.asgi:application
 
 test: install .env.local
+	node --test tests/js/
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install .env.local
@@ -37,6 +43,7 @@ lint: install .env.local
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
 	$(VENV)/bin/lint-imports
+	npx eslint static/chat tests/js
 
 format: install
 	$(VENV)/bin/ruff check --fix .
@@ -46,4 +53,4 @@ bench: install .env.local
 	$(PY) -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache db.sqlite3* test-db.sqlite3*
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache db.sqlite3* test-db.sqlite3*

@@ -16,6 +16,15 @@ export class ApiError extends Error {
   }
 }
 
+// A body that is not JSON (a proxy's error page, or none) reads as null.
+async function jsonOrNull(response) {
+  try {
+    return await response.json();
+  } catch {
+    return null;
+  }
+}
+
 async function request(method, path, { query, body, signal, headers } = {}) {
   const url = new URL(path, window.location.origin);
   for (const [k, v] of Object.entries(query || {})) {
@@ -29,12 +38,7 @@ async function request(method, path, { query, body, signal, headers } = {}) {
   }
   const response = await fetch(url, init);
   if (response.status === 204) return null;
-  let data = null;
-  try {
-    data = await response.json();
-  } catch {
-    data = null;
-  }
+  const data = await jsonOrNull(response);
   if (!response.ok) {
     const err = (data && data.error) || {};
     const retryAfter = Number.parseInt(response.headers.get("Retry-After") || "", 10);
@@ -91,12 +95,7 @@ export async function streamPost(path, body, onEvent, signal) {
     body: JSON.stringify(body),
   });
   if (!response.ok || !response.body) {
-    let data = null;
-    try {
-      data = await response.json();
-    } catch {
-      data = null;
-    }
+    const data = await jsonOrNull(response);
     const err = (data && data.error) || {};
     throw new ApiError(response.status, err.code, err.message, data);
   }

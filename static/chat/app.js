@@ -1,25 +1,23 @@
-// The chat page's entry point: wires the modules together. Each owns its state: sessions.js
-// the sidebar, search.js the message search, messages.js the message window, stream.js the
-// transports and the live reply, panels.js the turn navigator and the memory panel. What one
-// needs of another is passed in here, and the page's data comes from the config block
+// The chat page's entry point: wires the modules together. Every component is a class that
+// owns its state and its part of the page: SessionList (sessions.js) the sidebar, Search
+// (search.js) the message search, MessageView (messages.js) the message window, Stream
+// (stream.js) the transports and the live reply, TurnNavigator (turns.js), MemoryPanel
+// (memory.js) and HistoryPanel (history.js) the side panels; layout.js says which panes show.
+// What one needs of another is passed in here, and the page's data comes from the config block
 // (dom.js), /api/v1 and /ws/chat/.
 
 import { api } from "./api.js";
+import { compactionNotice } from "./compaction.js";
 import { $, config, errorNotice, notice, numberFormat, t } from "./dom.js";
+import { HistoryPanel } from "./history.js";
+import { closeSidebar, isNarrow, openSidebar, setupNarrowLayout } from "./layout.js";
+import { MemoryPanel } from "./memory.js";
 import { MessageView } from "./messages.js";
-import {
-  closeSidebar,
-  compactionNotice,
-  openSidebar,
-  setupHistory,
-  setupMemory,
-  setupNarrowLayout,
-  setupTurns,
-} from "./panels.js";
 import { updateRing } from "./ring.js";
-import { setupSearch } from "./search.js";
-import { setupAgentPicker, setupSidebar } from "./sessions.js";
+import { Search } from "./search.js";
+import { SessionList, setupAgentPicker } from "./sessions.js";
 import { Stream } from "./stream.js";
+import { TurnNavigator } from "./turns.js";
 
 // `python -m bench ui` reads this: when the newest page is on screen.
 function markFirstRender() {
@@ -133,12 +131,12 @@ async function setupChat(session) {
     },
     onCompacted: () => history.changed(),
   });
-  const turns = setupTurns({
+  const turns = new TurnNavigator({
     sessionId: session.id,
     onJump: (id) => view.jumpTo(id).catch(() => notice(t("load_error"), { level: "error" })),
   });
-  const history = setupHistory({ sessionId: session.id });
-  const memory = canRemember ? setupMemory({ agentId: session.agent_id }) : null;
+  const history = new HistoryPanel({ sessionId: session.id });
+  const memory = canRemember ? new MemoryPanel({ agentId: session.agent_id }) : null;
   exposeTestHook(view, stream);
 
   setBudget(session.context_budget);
@@ -172,11 +170,11 @@ async function setupChat(session) {
 }
 
 setupNarrowLayout();
-setupSidebar({ current: config.session });
-setupSearch({
+new SessionList({ current: config.session });
+new Search({
   onOpen: openHit,
   onFocus: () => {
-    if (window.matchMedia("(max-width: 900px)").matches) openSidebar();
+    if (isNarrow()) openSidebar();
   },
 });
 if (config.features.agents) setupAgentPicker();

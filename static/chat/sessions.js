@@ -43,31 +43,60 @@ export function sessionTitleAuto(id, title) {
   if (!renamedHere.has(Number(id))) sessionTitleShow(id, title);
 }
 
-// `current`: the open session (page config), or null on the empty page.
-export function setupSidebar({ current }) {
-  const state = { cursor: undefined, loading: false, done: false };
-  const box = $("session-scroll");
-  const listNode = $("session-list");
+export class SessionList {
+  #current;
+  #box = $("session-scroll");
+  #list = $("session-list");
+  #cursor = undefined;
+  #loading = false;
+  #done = false;
 
-  async function load() {
-    if (state.loading || state.done) return;
-    state.loading = true;
+  // `current`: the open session (page config), or null on the empty page.
+  constructor({ current }) {
+    this.#current = current;
+    this.#box.addEventListener("scroll", () => {
+      const box = this.#box;
+      if (box.scrollHeight - box.scrollTop - box.clientHeight < 300) this.#load();
+    });
+    this.#list.addEventListener("click", (e) => this.#act(e.target.closest("button[data-action]")));
+    $("new-chat-form").addEventListener("submit", (e) => {
+      e.preventDefault();
+      this.#create();
+    });
+    this.#load();
+  }
+
+  async #load() {
+    if (this.#loading || this.#done) return;
+    this.#loading = true;
     try {
-      const page = await api.sessions(state.cursor);
-      for (const s of page.results) listNode.append(sessionItem(s, current));
-      state.cursor = page.next_cursor;
-      state.done = !page.next_cursor;
-      $("session-status").textContent = listNode.children.length ? "" : t("no_sessions");
+      const page = await api.sessions(this.#cursor);
+      for (const s of page.results) this.#list.append(sessionItem(s, this.#current));
+      this.#cursor = page.next_cursor;
+      this.#done = !page.next_cursor;
+      $("session-status").textContent = this.#list.children.length ? "" : t("no_sessions");
     } catch {
       $("session-status").textContent = t("load_error");
     } finally {
-      state.loading = false;
+      this.#loading = false;
     }
     // Keep loading until the list overflows (a tall screen shows more than one page).
-    if (!state.done && box.scrollHeight <= box.clientHeight + 200) load();
+    if (!this.#done && this.#box.scrollHeight <= this.#box.clientHeight + 200) this.#load();
   }
 
-  async function rename(id, li) {
+  async #act(button) {
+    if (!button) return;
+    const li = button.closest("li[data-session-id]");
+    const id = Number(li.dataset.sessionId);
+    try {
+      if (button.dataset.action === "rename") await this.#rename(id, li);
+      else if (button.dataset.action === "delete") await this.#remove(id, li);
+    } catch (err) {
+      errorNotice(err);
+    }
+  }
+
+  async #rename(id, li) {
     const link = li.querySelector(".session-link");
     const title = window.prompt(t("rename_prompt"), link.textContent);
     if (!title || !title.trim()) return;
@@ -76,30 +105,14 @@ export function setupSidebar({ current }) {
     sessionTitleShow(id, updated.title);
   }
 
-  async function remove(id, li) {
+  async #remove(id, li) {
     if (!window.confirm(t("confirm_delete"))) return;
     await api.deleteSession(id);
-    if (current !== null && current.id === id) window.location.assign("/");
+    if (this.#current !== null && this.#current.id === id) window.location.assign("/");
     else li.remove();
   }
 
-  box.addEventListener("scroll", () => {
-    if (box.scrollHeight - box.scrollTop - box.clientHeight < 300) load();
-  });
-  listNode.addEventListener("click", async (e) => {
-    const button = e.target.closest("button[data-action]");
-    if (!button) return;
-    const li = button.closest("li[data-session-id]");
-    const id = Number(li.dataset.sessionId);
-    try {
-      if (button.dataset.action === "rename") await rename(id, li);
-      else if (button.dataset.action === "delete") await remove(id, li);
-    } catch (err) {
-      errorNotice(err);
-    }
-  });
-  $("new-chat-form").addEventListener("submit", async (e) => {
-    e.preventDefault();
+  async #create() {
     const agent = $("agent-select").value;
     try {
       const created = await api.createSession(agent ? { agent_id: Number(agent) } : {});
@@ -107,8 +120,7 @@ export function setupSidebar({ current }) {
     } catch (err) {
       errorNotice(err);
     }
-  });
-  load();
+  }
 }
 
 // The picker appears only when the agents API exists and the user has agents.

@@ -5,7 +5,7 @@
 
 import { api, streamPost } from "./api.js";
 import { $, clearNotice, el, errorNotice, notice, t } from "./dom.js";
-import { compactionNotice } from "./panels.js";
+import { compactionNotice } from "./compaction.js";
 import { sessionTitleAuto } from "./sessions.js";
 import { ChatSocket } from "./socket.js";
 

@@ -127,7 +127,7 @@ def test_every_outcome_has_its_own_words(page: Any, app: LiveApp, user: Any) -> 
     _open(page, app, user, session)
     said = page.evaluate(
         """async () => {
-          const { compactionNotice } = await import('/static/chat/panels.js');
+          const { compactionNotice } = await import('/static/chat/compaction.js');
           const out = {};
           for (const o of ['committed', 'skipped', 'busy', 'conflict', 'failed', 'rejected']) {
             out[o] = compactionNotice(o, o === 'committed' ? 3 : 0);
@@ -151,7 +151,7 @@ def test_outcomes_are_said_in_chinese_too(browser: Any, app: LiveApp, user: Any)
         page = ctx.new_page()
         _open(page, app, user, session)
         text = page.evaluate(
-            """async () => (await import('/static/chat/panels.js'))
+            """async () => (await import('/static/chat/compaction.js'))
                  .compactionNotice('conflict', 0).text"""
         )
         assert text == "未压缩任何内容：对话在此期间已改变，稍后会重试。"

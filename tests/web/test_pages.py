@@ -175,7 +175,7 @@ def test_every_chat_module_is_preloaded(web: Client, owner) -> None:
     once the module importing it has been parsed."""
     session = ChatSession.objects.create(owner=owner)
     html = web.get(f"/chat/{session.pk}/").content.decode()
-    preloaded = set(re.findall(r'<link rel="modulepreload" href="/static/chat/([\w.]+)">', html))
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="/static/chat/([\w.-]+)">', html))
     static = Path(__file__).resolve().parents[2] / "static" / "chat"
     modules = {p.name for p in static.glob("*.js")}
     # agents.js is the agents page's entry point, not the chat page's.
