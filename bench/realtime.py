@@ -100,7 +100,6 @@ def run(*, args: argparse.Namespace, command: str) -> str:
         reply_words=args.rt_words,
         port=llm_port,
     )
-    rows: dict[str, tuple[RunResult, list[RunResult]]] = {}
     load_before = os.getloadavg()
     started: list[Started] = []
     try:
