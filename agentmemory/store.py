@@ -255,11 +255,7 @@ def entry_write(
       (`entry-<hash>` for a first line without ASCII words, `-2`, `-3` ... on collision);
       MemoryFull when the agent already has AGENT_MEMORY_MAX_ENTRIES entries.
     """
-    content = content.strip() if isinstance(content, str) else ""
-    if not normalized(content):
-        raise ValueError("entry content is empty")
-    if len(content) > ENTRY_MAX_CHARS:
-        raise TooLarge(f"entry content is longer than {ENTRY_MAX_CHARS} characters")
+    content = _content_checked(content)
     session_id = _checked_source_id(source_session_id, "source_session_id")
     message_id = _checked_source_id(source_message_id, "source_message_id")
     clean_tags = frontmatter.clean_tags(list(tags))
@@ -268,53 +264,83 @@ def entry_write(
     root = _write_root(storage, agent_id)
     lock_name = f"{paths.entries_dir(root=root)}/entries"
     with fileio.exclusive(storage=storage, root=root, name=lock_name):
-        now = timezone.now()
-        existing = (
-            index.load_entry(storage=storage, root=root, stem=stem) if stem is not None else None
-        )
-        if existing is not None:
-            entry = MemoryEntry(
-                name=existing.name,
-                content=content,
-                created=existing.created,
-                updated=now,
-                source_session_id=session_id or existing.source_session_id,
-                source_message_id=message_id or existing.source_message_id,
-                tags=clean_tags or existing.tags,
-            )
-            _save_entry(storage=storage, root=root, entry=entry)
-            return EntryWriteResult(entry=entry, created=False)
-        entries = index.entry_set(storage=storage, root=root).entries
-        duplicate = _find_duplicate(content, entries)
-        if duplicate is not None:
-            entry = MemoryEntry(
-                name=duplicate.name,
-                content=content,
-                created=duplicate.created,
-                updated=now,
-                source_session_id=duplicate.source_session_id or session_id,
-                source_message_id=duplicate.source_message_id or message_id,
-                tags=frontmatter.clean_tags([*duplicate.tags, *clean_tags]),
-            )
-            _save_entry(storage=storage, root=root, entry=entry)
-            return EntryWriteResult(entry=entry, created=False)
-        cap = settings.AGENT_MEMORY_MAX_ENTRIES
-        if len(entries) >= cap:
-            raise MemoryFull(
-                f"memory is full: {cap} entries (AGENT_MEMORY_MAX_ENTRIES); update or delete "
-                "an entry instead of adding one"
-            )
-        entry = MemoryEntry(
-            name=stem or _new_stem(content, {e.name for e in entries}),
+        return _entry_upsert(
+            storage=storage,
+            root=root,
+            stem=stem,
             content=content,
-            created=now,
-            updated=now,
-            source_session_id=session_id,
-            source_message_id=message_id,
+            session_id=session_id,
+            message_id=message_id,
             tags=clean_tags,
         )
+
+
+def _content_checked(content: str) -> str:
+    """The entry's text, stripped; ValueError when empty, TooLarge over ENTRY_MAX_CHARS."""
+    content = content.strip() if isinstance(content, str) else ""
+    if not normalized(content):
+        raise ValueError("entry content is empty")
+    if len(content) > ENTRY_MAX_CHARS:
+        raise TooLarge(f"entry content is longer than {ENTRY_MAX_CHARS} characters")
+    return content
+
+
+def _entry_upsert(
+    *,
+    storage: Storage,
+    root: str,
+    stem: str | None,
+    content: str,
+    session_id: int | None,
+    message_id: int | None,
+    tags: tuple[str, ...],
+) -> EntryWriteResult:
+    """entry_write's three cases (see there), run under the entries lock."""
+    now = timezone.now()
+    existing = index.load_entry(storage=storage, root=root, stem=stem) if stem is not None else None
+    if existing is not None:
+        entry = MemoryEntry(
+            name=existing.name,
+            content=content,
+            created=existing.created,
+            updated=now,
+            source_session_id=session_id or existing.source_session_id,
+            source_message_id=message_id or existing.source_message_id,
+            tags=tags or existing.tags,
+        )
         _save_entry(storage=storage, root=root, entry=entry)
-        return EntryWriteResult(entry=entry, created=True)
+        return EntryWriteResult(entry=entry, created=False)
+    entries = index.entry_set(storage=storage, root=root).entries
+    duplicate = _find_duplicate(content, entries)
+    if duplicate is not None:
+        entry = MemoryEntry(
+            name=duplicate.name,
+            content=content,
+            created=duplicate.created,
+            updated=now,
+            source_session_id=duplicate.source_session_id or session_id,
+            source_message_id=duplicate.source_message_id or message_id,
+            tags=frontmatter.clean_tags([*duplicate.tags, *tags]),
+        )
+        _save_entry(storage=storage, root=root, entry=entry)
+        return EntryWriteResult(entry=entry, created=False)
+    cap = settings.AGENT_MEMORY_MAX_ENTRIES
+    if len(entries) >= cap:
+        raise MemoryFull(
+            f"memory is full: {cap} entries (AGENT_MEMORY_MAX_ENTRIES); update or delete "
+            "an entry instead of adding one"
+        )
+    entry = MemoryEntry(
+        name=stem or _new_stem(content, {e.name for e in entries}),
+        content=content,
+        created=now,
+        updated=now,
+        source_session_id=session_id,
+        source_message_id=message_id,
+        tags=tags,
+    )
+    _save_entry(storage=storage, root=root, entry=entry)
+    return EntryWriteResult(entry=entry, created=True)
 
 
 def entry_read(*, agent_id: int, name: str) -> MemoryEntry:

@@ -257,6 +257,21 @@ def _fmt(ms: float) -> str:
 
 
 def _render(*, results: list[DbResult], sizes: list[int], args: Any, command: str) -> str:
+    lines = _intro_lines(results=results, args=args, command=command)
+    for r in results:
+        lines.append(f"### {r.label}")
+        lines.append("")
+        if r.note:
+            lines += [r.note, ""]
+            continue
+        lines += _latency_lines(r=r, sizes=sizes)
+        lines += _ratio_lines(r=r, sizes=sizes)
+        lines += _build_lines(r=r, sizes=sizes)
+    return "\n".join(lines)
+
+
+def _intro_lines(*, results: list[DbResult], args: Any, command: str) -> list[str]:
+    """The heading, what was measured on, how to rerun it and how the figures are taken."""
     lines = ["## History paging: keyset vs OFFSET", ""]
     lines.append(
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
@@ -289,72 +304,81 @@ def _render(*, results: list[DbResult], sizes: list[int], args: Any, command: st
         "(token authentication included).",
         "",
     ]
-    for r in results:
-        lines.append(f"### {r.label}")
-        lines.append("")
-        if r.note:
-            lines += [r.note, ""]
-            continue
-        lines.append(
-            "| messages | position | keyset p50 | keyset p95 | keyset p99 | keyset SQL "
-            "| OFFSET p50 | OFFSET p95 | OFFSET p99 | OFFSET SQL |"
+    return lines
+
+
+def _latency_lines(*, r: DbResult, sizes: list[int]) -> list[str]:
+    """One engine's table: percentiles and queries per page, keyset beside OFFSET."""
+    lines = [
+        "| messages | position | keyset p50 | keyset p95 | keyset p99 | keyset SQL "
+        "| OFFSET p50 | OFFSET p95 | OFFSET p99 | OFFSET SQL |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for size in sizes:
+        for position in POSITIONS:
+            k = _pct(r.latencies[("keyset", size, position)])
+            o = _pct(r.latencies[("offset", size, position)])
+            lines.append(
+                f"| {size:,} | {position} | {_fmt(k[0])} | {_fmt(k[1])} | {_fmt(k[2])} "
+                f"| {r.queries[('keyset', size, position)]} "
+                f"| {_fmt(o[0])} | {_fmt(o[1])} | {_fmt(o[2])} "
+                f"| {r.queries[('offset', size, position)]} |"
+            )
+    lines.append("")
+    return lines
+
+
+def _ratio_lines(*, r: DbResult, sizes: list[int]) -> list[str]:
+    """p95 at every larger size against the smallest, and whether keyset meets its target."""
+    small = min(sizes)
+    bigger = [size for size in sizes if size > small]
+    if not bigger:
+        return []
+    # Every size against the smallest, not just the largest: a trap can hit a middle
+    # size only (a session whose ids sit below a bigger session's, on PostgreSQL).
+    lines = [
+        f"p95 at N messages / p95 at {small:,} (target for keyset: <= {TARGET_RATIO}x "
+        "at every size):",
+        "",
+    ]
+    head = " | ".join(f"keyset {n:,}" for n in bigger)
+    offset_head = " | ".join(f"OFFSET {n:,}" for n in bigger)
+    lines.append(f"| position | {head} | target met | {offset_head} |")
+    lines.append("| --- |" + " ---: |" * len(bigger) + " --- |" + " ---: |" * len(bigger))
+    for position in POSITIONS:
+        ratios = {
+            (ep, n): _pct(r.latencies[(ep, n, position)])[1]
+            / _pct(r.latencies[(ep, small, position)])[1]
+            for ep in ("keyset", "offset")
+            for n in bigger
+        }
+        met = all(ratios[("keyset", n)] <= TARGET_RATIO for n in bigger)
+        cells = [f"{ratios[('keyset', n)]:.2f}x" for n in bigger]
+        cells.append("yes" if met else "**no**")
+        cells += [f"{ratios[('offset', n)]:.2f}x" for n in bigger]
+        lines.append(f"| {position} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def _build_lines(*, r: DbResult, sizes: list[int]) -> list[str]:
+    """How fast the cached sessions were built, for those this run built."""
+    builds = [
+        (size, r.sessions[str(size)].get("build"))
+        for size in sizes
+        if r.sessions[str(size)].get("build")
+    ]
+    if not builds:
+        return []
+    return [
+        "Data build (seed_demo code path, batches of 5,000): "
+        + "; ".join(
+            f"{size:,} messages in {b['seconds']:.1f} s = {b['rate']:,} msg/s ({b['built_at']})"
+            for size, b in builds
         )
-        lines.append("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for size in sizes:
-            for position in POSITIONS:
-                k = _pct(r.latencies[("keyset", size, position)])
-                o = _pct(r.latencies[("offset", size, position)])
-                lines.append(
-                    f"| {size:,} | {position} | {_fmt(k[0])} | {_fmt(k[1])} | {_fmt(k[2])} "
-                    f"| {r.queries[('keyset', size, position)]} "
-                    f"| {_fmt(o[0])} | {_fmt(o[1])} | {_fmt(o[2])} "
-                    f"| {r.queries[('offset', size, position)]} |"
-                )
-        lines.append("")
-        small = min(sizes)
-        bigger = [size for size in sizes if size > small]
-        if bigger:
-            # Every size against the smallest, not just the largest: a trap can hit a middle
-            # size only (a session whose ids sit below a bigger session's, on PostgreSQL).
-            lines.append(
-                f"p95 at N messages / p95 at {small:,} (target for keyset: <= {TARGET_RATIO}x "
-                "at every size):"
-            )
-            lines.append("")
-            head = " | ".join(f"keyset {n:,}" for n in bigger)
-            offset_head = " | ".join(f"OFFSET {n:,}" for n in bigger)
-            lines.append(f"| position | {head} | target met | {offset_head} |")
-            lines.append("| --- |" + " ---: |" * len(bigger) + " --- |" + " ---: |" * len(bigger))
-            for position in POSITIONS:
-                ratios = {
-                    (ep, n): _pct(r.latencies[(ep, n, position)])[1]
-                    / _pct(r.latencies[(ep, small, position)])[1]
-                    for ep in ("keyset", "offset")
-                    for n in bigger
-                }
-                met = all(ratios[("keyset", n)] <= TARGET_RATIO for n in bigger)
-                cells = [f"{ratios[('keyset', n)]:.2f}x" for n in bigger]
-                cells.append("yes" if met else "**no**")
-                cells += [f"{ratios[('offset', n)]:.2f}x" for n in bigger]
-                lines.append(f"| {position} | " + " | ".join(cells) + " |")
-            lines.append("")
-        builds = [
-            (size, r.sessions[str(size)].get("build"))
-            for size in sizes
-            if r.sessions[str(size)].get("build")
-        ]
-        if builds:
-            lines.append(
-                "Data build (seed_demo code path, batches of 5,000): "
-                + "; ".join(
-                    f"{size:,} messages in {b['seconds']:.1f} s = {b['rate']:,} msg/s "
-                    f"({b['built_at']})"
-                    for size, b in builds
-                )
-                + "."
-            )
-            lines.append("")
-    return "\n".join(lines)
+        + ".",
+        "",
+    ]
 
 
 def run(*, args: Any, command: str) -> str:

@@ -325,6 +325,32 @@ def _inside_rows(run: DbRun, kinds: list[str]) -> list[str]:
 
 
 def _render(*, runs: list[DbRun], args: Any, command: str) -> str:
+    lines = _intro_lines(runs=runs, args=args, command=command)
+    for run in runs:
+        lines += [f"### {run.label}", ""]
+        if run.note:
+            lines += [run.note, ""]
+            continue
+        lines += _cell_lines(run)
+        sizes = sorted({int(k) for k, _ in run.cells if k.isdigit()})
+        if sizes:
+            lines += _ratio_lines(run, largest=str(sizes[-1]))
+        lines += [
+            "",
+            f"Sends that waited on a summarising call: **{run.waited} of {run.sends}** "
+            "(the `summary_calls_waited` of every reply, imported sessions included).",
+            "",
+            "Inside the server (the same sends through the real view in one process, 10 per "
+            "session, medians; queries counted on every thread's connection):",
+            "",
+        ]
+        kinds = ["fresh", *[str(s) for s in sizes]]
+        lines += [*_inside_rows(run, kinds), ""]
+    return "\n".join(lines)
+
+
+def _intro_lines(*, runs: list[DbRun], args: Any, command: str) -> list[str]:
+    """The heading, what was measured on, how to rerun it and how the figures are taken."""
     lines = ["## Time to first token: what Cadau adds to the model's", ""]
     lines.append(
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} "
@@ -359,52 +385,43 @@ def _render(*, runs: list[DbRun], args: Any, command: str) -> str:
         "percentile minus the model's. All processes share the machine's 2 cores.",
         "",
     ]
-    for run in runs:
-        lines += [f"### {run.label}", ""]
-        if run.note:
-            lines += [run.note, ""]
-            continue
-        lines += [
-            "| session | transport | sends | model p50 / p95 ms | Cadau p50 ms | p95 ms "
-            "| p99 ms | added p50 | added p95 | target met |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
-        ]
-        for (kind, transport), values in run.cells.items():
-            model = run.model[(kind, transport)]
-            added50 = _pct(values, 50) - _pct(model, 50)
-            added95 = _pct(values, 95) - _pct(model, 95)
-            met = added50 <= TARGET_P50_MS and added95 <= TARGET_P95_MS
-            lines.append(
-                f"| {kind} | {transport} | {len(values)} "
-                f"| {_f(_pct(model, 50))} / {_f(_pct(model, 95))} | {_f(_pct(values, 50))} "
-                f"| {_f(_pct(values, 95))} | {_f(_pct(values, 99))} | {_f(added50)} "
-                f"| {_f(added95)} | {'yes' if met else '**no**'} |"
-            )
-        sizes = sorted({int(k) for k, _ in run.cells if k.isdigit()})
-        if sizes:
-            largest = str(sizes[-1])
-            lines += ["", f"The {int(largest):,}-message session against a fresh one:", ""]
-            for transport in ("REST SSE", "WebSocket"):
-                big, fresh = run.cells[(largest, transport)], run.cells[("fresh", transport)]
-                r50 = _pct(big, 50) / _pct(fresh, 50)
-                r95 = _pct(big, 95) / _pct(fresh, 95)
-                met = r50 <= TARGET_RATIO and r95 <= TARGET_RATIO
-                lines.append(
-                    f"- {transport}: p50 {r50:.2f}x, p95 {r95:.2f}x "
-                    f"(target <= {TARGET_RATIO}x: {'met' if met else '**not met**'})"
-                )
-        lines += [
-            "",
-            f"Sends that waited on a summarising call: **{run.waited} of {run.sends}** "
-            "(the `summary_calls_waited` of every reply, imported sessions included).",
-            "",
-            "Inside the server (the same sends through the real view in one process, 10 per "
-            "session, medians; queries counted on every thread's connection):",
-            "",
-        ]
-        kinds = ["fresh", *[str(s) for s in sizes]]
-        lines += [*_inside_rows(run, kinds), ""]
-    return "\n".join(lines)
+    return lines
+
+
+def _cell_lines(run: DbRun) -> list[str]:
+    """One engine's table: every (session, transport) cell against the model's own time."""
+    lines = [
+        "| session | transport | sends | model p50 / p95 ms | Cadau p50 ms | p95 ms "
+        "| p99 ms | added p50 | added p95 | target met |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for (kind, transport), values in run.cells.items():
+        model = run.model[(kind, transport)]
+        added50 = _pct(values, 50) - _pct(model, 50)
+        added95 = _pct(values, 95) - _pct(model, 95)
+        met = added50 <= TARGET_P50_MS and added95 <= TARGET_P95_MS
+        lines.append(
+            f"| {kind} | {transport} | {len(values)} "
+            f"| {_f(_pct(model, 50))} / {_f(_pct(model, 95))} | {_f(_pct(values, 50))} "
+            f"| {_f(_pct(values, 95))} | {_f(_pct(values, 99))} | {_f(added50)} "
+            f"| {_f(added95)} | {'yes' if met else '**no**'} |"
+        )
+    return lines
+
+
+def _ratio_lines(run: DbRun, *, largest: str) -> list[str]:
+    """The largest session's p50 and p95 against a fresh one's, per transport."""
+    lines = ["", f"The {int(largest):,}-message session against a fresh one:", ""]
+    for transport in ("REST SSE", "WebSocket"):
+        big, fresh = run.cells[(largest, transport)], run.cells[("fresh", transport)]
+        r50 = _pct(big, 50) / _pct(fresh, 50)
+        r95 = _pct(big, 95) / _pct(fresh, 95)
+        met = r50 <= TARGET_RATIO and r95 <= TARGET_RATIO
+        lines.append(
+            f"- {transport}: p50 {r50:.2f}x, p95 {r95:.2f}x "
+            f"(target <= {TARGET_RATIO}x: {'met' if met else '**not met**'})"
+        )
+    return lines
 
 
 def _ensure_pg_database(url: str) -> str | None:

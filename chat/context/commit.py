@@ -161,31 +161,18 @@ def compact_chunk(
     except Exception as exc:
         # Whatever went wrong (flush, provider, unusable summary), nothing may move: the anchor
         # stays, so every message is still verbatim or in the old summary.
-        result.llm_calls += counter.calls
-        rejected = isinstance(exc, SummaryRejected)
-        result.outcome = "rejected" if rejected else "failed"
-        result.error = f"{type(exc).__name__}: {exc}"
-        if not isinstance(exc, LLMError | SummaryRejected):
-            logger.exception("chat_context_roll_error session=%s", session.pk)
-        snapshot_create(
+        _failure_record(
             session=session,
-            outcome=SnapshotOutcome.REJECTED if rejected else SnapshotOutcome.FAILED,
-            llm_calls=counter.calls,
-            duration_ms=int((time.monotonic() - started) * 1000),
-            error=result.error[:2000],
-            **failure,
+            result=result,
+            exc=exc,
+            counter=counter,
+            started=started,
+            failure=failure,
         )
         return None
     result.llm_calls += counter.calls
-    runes_after = max(
-        runes_before
-        - sum(m.runes for m in chunk)
-        - len(session.context_summary)
-        + len(summary)
-        # The heading follows the summary's language, which the new summary may have changed.
-        - (len(summary_prefix(summary=session.context_summary)) if session.context_summary else 0)
-        + len(summary_prefix(summary=summary)),
-        0,
+    runes_after = _runes_after(
+        session=session, chunk=chunk, summary=summary, runes_before=runes_before
     )
     committed = _commit(
         session=session,
@@ -209,3 +196,45 @@ def compact_chunk(
     result.outcome = "committed"
     result.messages_rolled += len(chunk)
     return runes_after
+
+
+def _failure_record(
+    *,
+    session: ChatSession,
+    result: CompactionResult,
+    exc: Exception,
+    counter: CallCounter,
+    started: float,
+    failure: dict[str, Any],
+) -> None:
+    """Note a chunk that did not compact in the result and in a snapshot; log the unexpected."""
+    result.llm_calls += counter.calls
+    rejected = isinstance(exc, SummaryRejected)
+    result.outcome = "rejected" if rejected else "failed"
+    result.error = f"{type(exc).__name__}: {exc}"
+    if not isinstance(exc, LLMError | SummaryRejected):
+        logger.exception("chat_context_roll_error session=%s", session.pk)
+    snapshot_create(
+        session=session,
+        outcome=SnapshotOutcome.REJECTED if rejected else SnapshotOutcome.FAILED,
+        llm_calls=counter.calls,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        error=result.error[:2000],
+        **failure,
+    )
+
+
+def _runes_after(
+    *, session: ChatSession, chunk: list[TailMessage], summary: str, runes_before: int
+) -> int:
+    """The payload's estimated runes once `summary` replaces the session's and the chunk."""
+    return max(
+        runes_before
+        - sum(m.runes for m in chunk)
+        - len(session.context_summary)
+        + len(summary)
+        # The heading follows the summary's language, which the new summary may have changed.
+        - (len(summary_prefix(summary=session.context_summary)) if session.context_summary else 0)
+        + len(summary_prefix(summary=summary)),
+        0,
+    )

@@ -11,6 +11,18 @@ from django.utils.translation import gettext as _
 
 def js_strings() -> dict[str, str]:
     return {
+        **_message_strings(),
+        **_reply_strings(),
+        **_compaction_strings(),
+        **_empty_strings(),
+        **_search_strings(),
+        **_agents_strings(),
+    }
+
+
+def _message_strings() -> dict[str, str]:
+    """Roles, a message's actions and their confirmations, a chat's title."""
+    return {
         "you": _("You"),
         "assistant": _("Assistant"),
         "tool": _("Tool"),
@@ -35,6 +47,12 @@ def js_strings() -> dict[str, str]:
         ),
         "rename_prompt": _("New title"),
         "untitled": _("New chat"),
+    }
+
+
+def _reply_strings() -> dict[str, str]:
+    """A reply's state, loading and sending, the connection."""
+    return {
         "status_failed": _("The reply failed."),
         "status_cancelled": _("The reply was stopped."),
         "reply_cut_length": _("The reply was cut off at the model's length limit."),
@@ -48,6 +66,12 @@ def js_strings() -> dict[str, str]:
         "send_error": _("Could not send the message."),
         "network_error": _("The server could not be reached; try again."),
         "reconnecting": _("Connection lost; reconnecting…"),
+    }
+
+
+def _compaction_strings() -> dict[str, str]:
+    """Compaction notices, the compaction history and the context ring."""
+    return {
         "compaction_started": _("Compacting older turns into the summary…"),
         "compaction_done": _("Older turns were compacted into the summary."),
         "compaction_failed": _("Compaction failed; nothing was lost, it will be retried."),
@@ -73,13 +97,24 @@ def js_strings() -> dict[str, str]:
         "outcome_reset": _("Summary reset"),
         "outcome_rewound": _("Rewound by an edit"),
         "ring_title": _("Context: %(used)s of %(limit)s characters (%(pct)s%%)"),
+    }
+
+
+def _empty_strings() -> dict[str, str]:
+    """Empty lists and the error prefix."""
+    return {
         "no_turns": _("No questions yet."),
         "no_sessions": _("No chats yet."),
         "empty_chat": _("Send a message to start."),
         "memory_empty": _("No long-term memories yet."),
         "no_agent": _("No agent"),
         "error_prefix": _("Error:"),
-        # Message search (static/chat/search.js).
+    }
+
+
+def _search_strings() -> dict[str, str]:
+    """Message search (static/chat/search.js)."""
+    return {
         "search_searching": _("Searching…"),
         "search_none": _("No messages found."),
         "search_none_yet": _("No matches in the messages searched so far."),
@@ -87,7 +122,12 @@ def js_strings() -> dict[str, str]:
         "search_throttled_in": _("Too many searches; try again in %(seconds)s s."),
         "search_timeout": _("The search took too long; try a longer or more specific query."),
         "search_hit_gone": _("That message could not be shown; it may have been deleted."),
-        # The agents page (static/chat/agents.js).
+    }
+
+
+def _agents_strings() -> dict[str, str]:
+    """The agents page (static/chat/agents.js)."""
+    return {
         "my_agents": _("My agents"),
         "new_agent": _("New agent"),
         "no_agents": _("No agents yet."),

@@ -125,46 +125,16 @@ def _pieces(answer: Answer) -> list[dict[str, Any]]:
 
 def send_stream(out: Handler, answer: Answer, *, pacer: Pacer, include_usage: bool) -> None:
     out.start_event_stream()
-    fault = answer.fault
-    kind = fault.kind if fault else None
-    if kind == "overflow_cut":
-        # What llama-cpp-python does with a prompt over n_ctx when streaming: the 200 and its
-        # headers are out before the model looks at the prompt; then the body just ends.
-        out.end_chunks()
+    if _stream_broken_at_start(out, answer=answer):
         return
-    if kind == "invalid_json":
-        out.chunk(b'data: {"choices": [{"delta": {"content": nope\n\n')
-        out.end_chunks()
-        return
-
-    chunk_id = f"chatcmpl-fake-{answer.call.index}"
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-        now = time.time()
-        return {
-            "id": chunk_id,
-            "object": "chat.completion.chunk",
-            "created": int(now),
-            "model": answer.model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-            "x_emit_ts": now,
-        }
-
     pieces = _pieces(answer)
-    # Where a mid-stream fault strikes: a cut, a hang or an interruption only inside the reply
-    # (one placed past its end never strikes), an error at the latest after the last piece.
-    stop_after: int | None = None
-    if fault is not None and fault.after_tokens is not None:
-        if kind in ("cut", "hang", "interrupted") and fault.after_tokens < len(pieces):
-            stop_after = fault.after_tokens
-        elif kind == "stream_error":
-            stop_after = min(fault.after_tokens, len(pieces))
-    out.event(chunk({"role": "assistant", "content": ""}))
+    stop_after = _fault_position(answer, pieces=len(pieces))
+    out.event(_chunk(answer, {"role": "assistant", "content": ""}))
     waiting = answer.someone_waiting
     # The pacer writes a stream to its end; one that may be interrupted keeps its own loop.
     if stop_after is None and waiting is None and answer.token_ms > 0 and len(pieces) > 1:
         pacer.run(
-            emit=lambda piece: out.event(chunk(piece)),
+            emit=lambda piece: out.event(_chunk(answer, piece)),
             pieces=pieces,
             interval=answer.token_ms / 1000,
         )
@@ -172,23 +142,8 @@ def send_stream(out: Handler, answer: Answer, *, pacer: Pacer, include_usage: bo
     else:
         pieces_left = pieces
     for n, piece in enumerate([*pieces_left, None]):
-        if stop_after is not None and n == stop_after:
-            assert fault is not None
-            if kind == "cut":
-                # No terminating chunk: the client sees the body end mid-stream.
-                out.close_connection = True
-                return
-            if kind == "stream_error":
-                # vLLM's shape: the error object as a data event, then [DONE].
-                out.event(answer.error_object())
-                out.event("[DONE]")
-                out.end_chunks()
-                return
-            if kind == "interrupted":
-                out.event("[DONE]")
-                out.end_chunks()
-                return
-            answer.release.wait(fault.seconds)
+        if stop_after is not None and n == stop_after and _fault_strike(out, answer=answer):
+            return
         if piece is None:
             break
         if n and waiting is not None and waiting():
@@ -198,13 +153,81 @@ def send_stream(out: Handler, answer: Answer, *, pacer: Pacer, include_usage: bo
             return
         if n and answer.token_ms > 0:
             time.sleep(answer.token_ms / 1000)
-        out.event(chunk(piece))
+        out.event(_chunk(answer, piece))
+    _stream_finish(out, answer=answer, pieces=len(pieces), include_usage=include_usage)
 
-    out.event(chunk({}, finish_reason=answer.finish_reason))
+
+def _chunk(
+    answer: Answer, delta: dict[str, Any], finish_reason: str | None = None
+) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "id": f"chatcmpl-fake-{answer.call.index}",
+        "object": "chat.completion.chunk",
+        "created": int(now),
+        "model": answer.model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        "x_emit_ts": now,
+    }
+
+
+def _stream_broken_at_start(out: Handler, *, answer: Answer) -> bool:
+    """Write the faults that break a stream before its first chunk; True if it was one."""
+    kind = answer.fault.kind if answer.fault else None
+    if kind == "overflow_cut":
+        # What llama-cpp-python does with a prompt over n_ctx when streaming: the 200 and its
+        # headers are out before the model looks at the prompt; then the body just ends.
+        out.end_chunks()
+        return True
+    if kind == "invalid_json":
+        out.chunk(b'data: {"choices": [{"delta": {"content": nope\n\n')
+        out.end_chunks()
+        return True
+    return False
+
+
+def _fault_position(answer: Answer, *, pieces: int) -> int | None:
+    """Where a mid-stream fault strikes: a cut, a hang or an interruption only inside the reply
+    (one placed past its end never strikes), an error at the latest after the last piece."""
+    fault = answer.fault
+    if fault is None or fault.after_tokens is None:
+        return None
+    if fault.kind in ("cut", "hang", "interrupted") and fault.after_tokens < pieces:
+        return fault.after_tokens
+    if fault.kind == "stream_error":
+        return min(fault.after_tokens, pieces)
+    return None
+
+
+def _fault_strike(out: Handler, *, answer: Answer) -> bool:
+    """Write the mid-stream fault; True if it ended the stream (a hang waits, then goes on)."""
+    fault = answer.fault
+    assert fault is not None
+    if fault.kind == "cut":
+        # No terminating chunk: the client sees the body end mid-stream.
+        out.close_connection = True
+        return True
+    if fault.kind == "stream_error":
+        # vLLM's shape: the error object as a data event, then [DONE].
+        out.event(answer.error_object())
+        out.event("[DONE]")
+        out.end_chunks()
+        return True
+    if fault.kind == "interrupted":
+        out.event("[DONE]")
+        out.end_chunks()
+        return True
+    answer.release.wait(fault.seconds)
+    return False
+
+
+def _stream_finish(out: Handler, *, answer: Answer, pieces: int, include_usage: bool) -> None:
+    """The final chunk with the finish_reason, the usage chunk when asked for, then [DONE]."""
+    out.event(_chunk(answer, {}, finish_reason=answer.finish_reason))
     if include_usage and answer.usage:
-        usage_chunk = chunk({})
+        usage_chunk = _chunk(answer, {})
         usage_chunk["choices"] = []
-        usage_chunk["usage"] = answer.usage_json(len(pieces))
+        usage_chunk["usage"] = answer.usage_json(pieces)
         out.event(usage_chunk)
     out.event("[DONE]")
     out.end_chunks()

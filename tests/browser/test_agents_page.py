@@ -24,6 +24,22 @@ REMEMBER = """async ([agentId, content]) => {
 
 def test_make_edit_use_and_delete_an_agent(page: Any, app: LiveApp, user: Any) -> None:
     page.on("dialog", lambda dialog: dialog.accept())
+    agent = _agent_make(page, app, user)
+    # Edit: a new name, extraction off; what the form does not show is kept.
+    _agent_edit(page, agent)
+    # A chat with the agent writes its daily note (auto-append), readable here by day.
+    _daily_note_check(page, app, agent)
+    # Long-term memory: search, edit, delete.
+    _memory_search_edit_delete(page, agent)
+    # Delete the agent: back to the list; its chat stays, without an agent.
+    page.click("#agent-delete")
+    page.wait_for_url(re.compile(r"/agents/$"))
+    assert not Agent.objects.filter(pk=agent.pk).exists()
+    assert page.evaluate("window.__xss") == 0
+
+
+def _agent_make(page: Any, app: LiveApp, user: Any) -> Agent:
+    """From an empty agents page, make one through the form and check what was stored."""
     login(page, app, user)
     page.click("#agents-link")
     page.wait_for_url(re.compile(r"/agents/$"))
@@ -46,8 +62,10 @@ def test_make_edit_use_and_delete_an_agent(page: Any, app: LiveApp, user: Any) -
     assert "current_time" not in agent.config_json["tools"]
     page.wait_for_selector(f'#agents-list li[data-agent-id="{agent.pk}"]')
     assert page.text_content("#agent-form-title") == "Tea <i>expert</i>"
+    return agent
 
-    # Edit: a new name, extraction off; what the form does not show is kept.
+
+def _agent_edit(page: Any, agent: Agent) -> None:
     Agent.objects.filter(pk=agent.pk).update(
         config_json={**agent.config_json, "time_zone": "Asia/Shanghai"}
     )
@@ -62,7 +80,8 @@ def test_make_edit_use_and_delete_an_agent(page: Any, app: LiveApp, user: Any) -
     assert agent.config_json["memory_auto_extract"] is False
     assert agent.config_json["time_zone"] == "Asia/Shanghai"
 
-    # A chat with the agent writes its daily note (auto-append), readable here by day.
+
+def _daily_note_check(page: Any, app: LiveApp, agent: Agent) -> None:
     page.goto(app.url + "/")
     page.wait_for_selector("#agent-picker:not([hidden])")
     page.select_option("#agent-select", str(agent.pk))
@@ -78,7 +97,8 @@ def test_make_edit_use_and_delete_an_agent(page: Any, app: LiveApp, user: Any) -
     assert "Oolong sits between green and black." in page.text_content("#daily-note")
     assert page.locator("#daily-days option").count() == 2  # the label and today
 
-    # Long-term memory: search, edit, delete.
+
+def _memory_search_edit_delete(page: Any, agent: Agent) -> None:
     assert page.evaluate(REMEMBER, [agent.pk, "The user likes jasmine tea."]) == 201
     assert page.evaluate(REMEMBER, [agent.pk, "Deploys happen on Fridays."]) == 201
     page.reload()
@@ -107,12 +127,6 @@ def test_make_edit_use_and_delete_an_agent(page: Any, app: LiveApp, user: Any) -
         f"fetch('/api/v1/agents/{agent.pk}/memory/entries').then((r) => r.json())"
     )["results"]
     assert [e["content"] for e in entries] == ["Deploys happen on Fridays."]
-
-    # Delete the agent: back to the list; its chat stays, without an agent.
-    page.click("#agent-delete")
-    page.wait_for_url(re.compile(r"/agents/$"))
-    assert not Agent.objects.filter(pk=agent.pk).exists()
-    assert page.evaluate("window.__xss") == 0
 
 
 def test_the_agents_page_at_phone_width_in_chinese(browser: Any, app: LiveApp, user: Any) -> None:

@@ -1,6 +1,6 @@
 """WebSocket helpers for tests that drive the consumer through the real ASGI application
 (origin check, Django session auth, routing) with channels' WebsocketCommunicator, as
-tests/chat/test_consumers.py does. Import `loop_left_clean` into a test module that streams
+the tests in tests/chat/consumers/ do. Import `loop_left_clean` into a test module that streams
 replies over sockets (it is autouse there)."""
 
 from __future__ import annotations

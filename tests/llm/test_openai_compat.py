@@ -1,40 +1,26 @@
-"""OpenAICompatProvider against the real fake server over loopback (no httpx mocking)."""
+"""OpenAICompatProvider against the real fake server over loopback (no httpx mocking): the
+happy paths (text, usage, tool calls, the summary model), the retry without stream options or
+tools a server refuses, and how the provider is chosen. Retries, timeouts, errors and the
+stream's wire format are in the test_openai_compat_*.py next to this."""
 
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 
 import pytest
 
 from chat.llm import get_provider, provider_info
 from chat.llm.base import (
     SUMMARY_MARKER,
-    ContextLengthExceeded,
-    EmptyStream,
     LLMError,
-    StreamInterrupted,
 )
 from chat.llm.codec import _Codec
-from chat.llm.openai_compat import OpenAICompatProvider, classify_error
-from devtools.fakellm import FakeLLMServer
 from tests.llm.conftest import USER_HI, complete, stream
 
 SUMMARY_PROMPT = [
     {"role": "system", "content": f"{SUMMARY_MARKER} Summarise the conversation."},
     {"role": "user", "content": "user: deploy to /srv/app on port 8443"},
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-# --- happy paths --------------------------------------------------------------------------
 
 
 def test_complete_returns_text_usage_and_model(provider, fake_llm, mode):
@@ -193,267 +179,6 @@ def test_which_refusals_are_about_tools(message, refused):
     assert _Codec.rejects_tools(LLMError(message, status=500)) is False
 
 
-# --- retries ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("status", [500, 503, 429])
-def test_retries_transient_errors_then_succeeds(provider, fake_llm, mode, status):
-    fake_llm.fail_next(str(status), times=2)
-    assert complete(provider, mode, messages=USER_HI).text.startswith("Echo:")
-    assert fake_llm.count() == 3
-
-
-@pytest.mark.parametrize("status", [500, 429])
-def test_stream_retries_before_the_first_token(provider, fake_llm, mode, status):
-    fake_llm.fail_next(str(status), times=2)
-    events = stream(provider, mode, messages=USER_HI)
-    assert events[-1].text == "Echo: one two three four five six"
-    assert fake_llm.count() == 3
-
-
-def test_gives_up_after_max_retries(provider, fake_llm, mode):
-    fake_llm.fail_next("503", times=5)
-    with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
-    assert info.value.status == 503 and info.value.retryable
-    assert fake_llm.count() == 3  # 1 + LLM_MAX_RETRIES
-
-
-def test_honours_a_small_retry_after(provider, fake_llm, mode):
-    fake_llm.fail_next("429", retry_after=0.3)
-    started = time.monotonic()
-    complete(provider, mode, messages=USER_HI)
-    assert time.monotonic() - started >= 0.3
-    assert fake_llm.count() == 2
-
-
-def test_a_long_retry_after_fails_fast(provider, fake_llm, mode):
-    fake_llm.fail_next("429", retry_after=600)
-    started = time.monotonic()
-    with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
-    assert info.value.retry_after == 600
-    assert time.monotonic() - started < 5
-    assert fake_llm.count() == 1
-
-
-def test_connect_refused_is_retried_until_the_server_appears(mode):
-    port = _free_port()
-    provider = OpenAICompatProvider(
-        base_url=f"http://127.0.0.1:{port}/v1",
-        model="fake-chat",
-        max_retries=5,
-        backoff_base_seconds=0.1,
-        connect_timeout_seconds=1,
-        timeout_seconds=2,
-    )
-    late = FakeLLMServer(port=port)
-    # The first attempt is refused; the server is up before the backoff runs out.
-    timer = threading.Timer(0.15, late.start)
-    timer.start()
-    try:
-        assert complete(provider, mode, messages=USER_HI).text.startswith("Echo:")
-        assert late.count() == 1
-    finally:
-        timer.join()
-        late.stop()
-
-
-def test_connect_refused_exhausts_retries(mode):
-    provider = OpenAICompatProvider(
-        base_url=f"http://127.0.0.1:{_free_port()}/v1",
-        model="m",
-        max_retries=2,
-        backoff_base_seconds=0.01,
-    )
-    with pytest.raises(LLMError) as info:
-        stream(provider, mode, messages=USER_HI)
-    assert info.value.retryable and "ConnectError" in str(info.value)
-
-
-# --- interruption and timeouts ------------------------------------------------------------
-
-
-def test_cut_after_first_tokens_raises_stream_interrupted_without_retry(provider, fake_llm, mode):
-    fake_llm.fail_next("cut", after_tokens=3)
-    seen = []
-    with pytest.raises(StreamInterrupted) as info:
-        stream(provider, mode, messages=USER_HI, seen=seen)
-    assert info.value.partial == "Echo: one two "
-    assert "".join(e.text for e in seen) == info.value.partial
-    assert not info.value.retryable
-    assert fake_llm.count() == 1
-
-
-def test_cut_before_any_token_is_retried(provider, fake_llm, mode):
-    fake_llm.fail_next("cut", after_tokens=0)
-    events = stream(provider, mode, messages=USER_HI)
-    assert events[-1].text == "Echo: one two three four five six"
-    assert fake_llm.count() == 2
-
-
-def test_hang_mid_stream_times_out_as_stream_interrupted(provider, fake_llm, mode):
-    fake_llm.fail_next("hang", after_tokens=2, seconds=10)
-    started = time.monotonic()
-    with pytest.raises(StreamInterrupted) as info:
-        stream(provider, mode, messages=USER_HI)
-    assert info.value.partial == "Echo: one "
-    assert "timed out" in str(info.value)
-    assert time.monotonic() - started < 5
-    assert fake_llm.count() == 1
-
-
-def test_a_stream_without_one_event_is_an_empty_stream(provider, fake_llm, mode):
-    # llama-cpp-python's answer to a streamed prompt over its window (docs/real-llm-notes.md).
-    fake_llm.configure(context_window=10)
-    with pytest.raises(EmptyStream) as info:
-        stream(provider, mode, messages=[{"role": "user", "content": "word " * 20}])
-    assert info.value.retryable and fake_llm.count() == 3
-    # A stream that said anything at all and then ended early is not.
-    fake_llm.configure(context_window=0)
-    fake_llm.fail_next("cut", after_tokens=0, times=3)
-    with pytest.raises(LLMError) as cut:
-        stream(provider, mode, messages=USER_HI)
-    assert not isinstance(cut.value, EmptyStream)
-
-
-def test_timeout_before_the_first_token_is_retried(provider, fake_llm, mode):
-    fake_llm.fail_next("hang", seconds=10)
-    events = stream(provider, mode, messages=USER_HI)
-    assert events[-1].text.startswith("Echo:")
-    assert fake_llm.count() == 2
-
-
-def test_persistent_timeout_raises_a_retryable_error(fake_llm, mode):
-    provider = OpenAICompatProvider(
-        base_url=fake_llm.base_url,
-        model="fake-chat",
-        timeout_seconds=0.3,
-        max_retries=1,
-        backoff_base_seconds=0.01,
-    )
-    fake_llm.fail_next("hang", times=2, seconds=10)
-    started = time.monotonic()
-    with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
-    assert info.value.retryable and "timed out" in str(info.value)
-    assert 0.6 <= time.monotonic() - started < 5
-    assert fake_llm.count() == 2
-
-
-# --- errors that are not worth a retry ----------------------------------------------------
-
-
-def test_context_length_exceeded(provider, fake_llm, mode):
-    fake_llm.fail_next("context_length")
-    with pytest.raises(ContextLengthExceeded) as info:
-        complete(provider, mode, messages=USER_HI)
-    assert info.value.status == 400 and not info.value.retryable
-    assert "maximum context length" in str(info.value)
-    assert fake_llm.count() == 1
-
-
-def test_context_length_exceeded_when_streaming(provider, fake_llm, mode):
-    fake_llm.fail_next("context_length")
-    with pytest.raises(ContextLengthExceeded):
-        stream(provider, mode, messages=USER_HI)
-    assert fake_llm.count() == 1
-
-
-@pytest.mark.parametrize(
-    "message",
-    [
-        # vLLM / DeepSeek
-        "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens",
-        # llama.cpp
-        "the request exceeds the available context size, try increasing the context size",
-        # Ollama
-        "input length exceeds maximum context length",
-        # Qwen / DashScope
-        "Range of input length should be [1, 30720]",
-        "prompt is too long: 210000 tokens > 200000 maximum",
-        "Too many tokens in the prompt",
-    ],
-)
-def test_context_length_wordings_from_other_servers(provider, fake_llm, message):
-    fake_llm.fail_next("http_error", status=400, message=message)
-    with pytest.raises(ContextLengthExceeded):
-        provider.complete(messages=USER_HI)
-    assert fake_llm.count() == 1
-
-
-def test_classify_error_shapes():
-    llama = {"error": {"code": 400, "message": "x", "type": "exceed_context_size_error"}}
-    assert isinstance(classify_error(status=400, payload=llama), ContextLengthExceeded)
-    vllm = {"object": "error", "message": "maximum context length is 2048", "code": 400}
-    assert isinstance(classify_error(status=400, payload=vllm), ContextLengthExceeded)
-    assert isinstance(classify_error(status=413, payload="too big"), ContextLengthExceeded)
-    # A tokens-per-minute rate limit is not an oversized prompt.
-    tpm = {"error": {"message": "Rate limit: too many tokens per minute", "code": "rate_limit"}}
-    limited = classify_error(status=429, payload=tpm)
-    assert type(limited) is LLMError and limited.retryable
-    plain = classify_error(status=404, payload={"error": {"message": "model not found"}})
-    assert type(plain) is LLMError and not plain.retryable
-    assert "model not found" in str(plain)
-
-
-@pytest.mark.parametrize("status", [400, 404, 422])
-def test_other_client_errors_are_not_retried(provider, fake_llm, mode, status):
-    fake_llm.fail_next("http_error", status=status, message="The model `nope` does not exist")
-    with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
-    assert type(info.value) is LLMError
-    assert info.value.status == status and not info.value.retryable
-    assert "The model `nope` does not exist" in str(info.value)
-    assert fake_llm.count() == 1
-
-
-def test_invalid_json_body_is_an_llm_error(provider, fake_llm, mode):
-    fake_llm.fail_next("invalid_json")
-    with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
-    assert "invalid JSON" in str(info.value)
-    assert fake_llm.count() == 1
-
-
-def test_invalid_json_stream_is_an_llm_error(provider, fake_llm, mode):
-    fake_llm.fail_next("invalid_json")
-    with pytest.raises(LLMError) as info:
-        stream(provider, mode, messages=USER_HI)
-    assert "invalid JSON" in str(info.value)
-
-
-def test_cut_non_streaming_body_is_retried(provider, fake_llm, mode):
-    fake_llm.fail_next("cut")
-    assert complete(provider, mode, messages=USER_HI).text.startswith("Echo:")
-    assert fake_llm.count() == 2
-
-
-# --- genuinely async callers (one event loop, like a consumer) -----------------------------
-
-
-async def test_async_stream_in_the_test_loop(provider, fake_llm):
-    fake_llm.script("alpha beta", "gamma")
-    texts = []
-    for _ in range(2):
-        events = [e async for e in provider.astream_chat(messages=USER_HI)]
-        texts.append(events[-1].text)
-    assert texts == ["alpha beta", "gamma"]
-    await provider.aclose()
-
-
-async def test_async_interruption_keeps_partial(provider, fake_llm):
-    fake_llm.fail_next("cut", after_tokens=1)
-    got = []
-    with pytest.raises(StreamInterrupted) as info:
-        async for event in provider.astream_chat(messages=USER_HI):
-            got.append(event.text)
-    assert info.value.partial == "Echo: " == "".join(got)
-
-
-# --- provider selection -------------------------------------------------------------------
-
-
 def test_provider_info_shows_host_not_key(fake_llm, settings):
     settings.LLM_API_KEY = "sk-secret"
     info = provider_info()
@@ -473,66 +198,3 @@ def test_provider_is_cached_and_rebuilt_when_settings_change(fake_llm, settings)
     settings.LLM_MODEL = "other"
     second = get_provider()
     assert second is not first and second.model == "other"
-
-
-@pytest.mark.parametrize(
-    ("chunks", "lines"),
-    [
-        ([b"data: a\n\n"], ["data: a", ""]),
-        ([b"data: a\r\n\r\n"], ["data: a", ""]),
-        ([b"data: a\r", b"\ndata: b\r", b"\r"], ["data: a", "data: b", ""]),
-        ([b"da", b"ta: a", b"\n"], ["data: a"]),
-        # A multi-byte character split across chunks decodes whole.
-        (["data: é\n".encode()[:7], "data: é\n".encode()[7:]], ["data: é"]),
-        ([b"data: a\n", b"data: tail"], ["data: a", "data: tail"]),
-    ],
-)
-def test_sse_lines_split_on_every_line_ending(chunks, lines):
-    from chat.llm.openai_compat import _SSELines
-
-    splitter = _SSELines()
-    got = [line for chunk in chunks for line in splitter.feed(chunk)] + splitter.close()
-    assert got == lines
-
-
-def test_a_stream_compressed_against_our_accept_encoding_is_still_read(mode):
-    """Streams ask for `identity` and read raw bytes; a server (or proxy) that gzips anyway
-    is decoded, not parsed as garbage."""
-    import gzip
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    chunks = [
-        {"choices": [{"index": 0, "delta": {"content": word}}]} for word in ("al", "pha ", "beta")
-    ]
-    body = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
-    asked: list[str | None] = []
-
-    class Gzipping(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            asked.append(self.headers.get("Accept-Encoding"))
-            payload = gzip.compress(body.encode())
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Encoding", "gzip")
-            self.send_header("Content-Length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Gzipping)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        provider = OpenAICompatProvider(
-            base_url=f"http://127.0.0.1:{server.server_port}/v1", model="m", max_retries=0
-        )
-        events = stream(provider, mode, messages=USER_HI)
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert "".join(e.text for e in events if e.kind == "delta") == "alpha beta"
-    assert events[-1].kind == "done"
-    assert asked[0] == "identity"

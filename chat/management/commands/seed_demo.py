@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -276,20 +277,9 @@ def seed_session(
         raise ValueError("batch must be >= 1")
     started = time.perf_counter()
     now = timezone.now()
-    if session_id is None:
-        session = ChatSession.objects.create(
-            owner=user, title=title or f"Demo: {messages:,} messages", created_at=now
-        )
-        last = None
-    else:
-        try:
-            session = ChatSession.objects.get(pk=session_id, owner=user)
-        except ChatSession.DoesNotExist:
-            raise ValueError(
-                f"session {session_id} does not exist or is not owned by {user}"
-            ) from None
-        last = session.messages.order_by("-id").only("role", "created_at").first()
-
+    session, last = _session_target(
+        user=user, session_id=session_id, title=title or f"Demo: {messages:,} messages", now=now
+    )
     # Continue the conversation's rhythm: after a question comes its answer.
     first_role = (
         MessageRole.ASSISTANT if last is not None and last.role == MessageRole.USER else "user"
@@ -300,47 +290,67 @@ def seed_session(
     start: datetime = now - timedelta(seconds=total)
     if last is not None and start <= last.created_at:
         start = last.created_at + timedelta(seconds=1)
-    # Seed per session too, so two demo sessions made with the same seed do not read alike.
-    writer = _Writer(rng=random.Random(seed * 1_000_003 + session.pk))
-    gaps = _gaps(seed=seed, count=messages, first_role=first_role)
-
-    role = first_role
-    at = start
+    rows = _messages(session=session, seed=seed, count=messages, first_role=first_role, start=start)
     done = 0
-    turn = 0
     while done < messages:
-        rows: list[ChatMessage] = []
-        for _ in range(min(batch, messages - done)):
-            at += timedelta(seconds=next(gaps))
-            if role == MessageRole.USER:
-                turn += 1
-                content = writer.question(turn=turn)
-            else:
-                content = writer.answer()
-            rows.append(
-                ChatMessage(
-                    session_id=session.pk,
-                    role=role,
-                    content=content,
-                    status=MessageStatus.COMPLETE,
-                    created_at=at,
-                    metadata={},
-                )
-            )
-            role = MessageRole.ASSISTANT if role == MessageRole.USER else MessageRole.USER
-        with transaction.atomic():
-            # Rows inserted in one statement get increasing ids in list order on both
-            # backends, so id order and created_at order agree.
-            ChatMessage.objects.bulk_create(rows, batch_size=batch)
-            # Counted per batch, in the same transaction: an interrupted run leaves the
-            # counter true to what is stored instead of off by everything inserted so far.
-            ChatSession.objects.filter(pk=session.pk).update(
-                message_count=F("message_count") + len(rows), last_activity_at=at
-            )
-        done += len(rows)
+        done += _batch_store(session=session, rows=list(islice(rows, batch)))
         if progress is not None:
             progress(done, messages)
     return SeedResult(session_id=session.pk, created=done, seconds=time.perf_counter() - started)
+
+
+def _session_target(
+    *, user: Any, session_id: int | None, title: str, now: datetime
+) -> tuple[ChatSession, ChatMessage | None]:
+    """The session to append to (a new one, or `user`'s `session_id`) and its last message."""
+    if session_id is None:
+        return ChatSession.objects.create(owner=user, title=title, created_at=now), None
+    try:
+        session = ChatSession.objects.get(pk=session_id, owner=user)
+    except ChatSession.DoesNotExist:
+        raise ValueError(f"session {session_id} does not exist or is not owned by {user}") from None
+    return session, session.messages.order_by("-id").only("role", "created_at").first()
+
+
+def _messages(
+    *, session: ChatSession, seed: int, count: int, first_role: str, start: datetime
+) -> Iterator[ChatMessage]:
+    """The generated messages, unsaved, questions and answers taking turns from `first_role`."""
+    # Seed per session too, so two demo sessions made with the same seed do not read alike.
+    writer = _Writer(rng=random.Random(seed * 1_000_003 + session.pk))
+    role = first_role
+    at = start
+    turn = 0
+    for gap in _gaps(seed=seed, count=count, first_role=first_role):
+        at += timedelta(seconds=gap)
+        if role == MessageRole.USER:
+            turn += 1
+            content = writer.question(turn=turn)
+        else:
+            content = writer.answer()
+        yield ChatMessage(
+            session_id=session.pk,
+            role=role,
+            content=content,
+            status=MessageStatus.COMPLETE,
+            created_at=at,
+            metadata={},
+        )
+        role = MessageRole.ASSISTANT if role == MessageRole.USER else MessageRole.USER
+
+
+def _batch_store(*, session: ChatSession, rows: list[ChatMessage]) -> int:
+    """Insert one batch and count it on the session; returns how many were inserted."""
+    with transaction.atomic():
+        # Rows inserted in one statement get increasing ids in list order on both
+        # backends, so id order and created_at order agree.
+        ChatMessage.objects.bulk_create(rows, batch_size=len(rows))
+        # Counted per batch, in the same transaction: an interrupted run leaves the
+        # counter true to what is stored instead of off by everything inserted so far.
+        ChatSession.objects.filter(pk=session.pk).update(
+            message_count=F("message_count") + len(rows), last_activity_at=rows[-1].created_at
+        )
+    return len(rows)
 
 
 class Command(BaseCommand):
