@@ -89,11 +89,6 @@ def tokens_learn(*, model: str, text: str, reported: int) -> float | None:
         return _factor[(model, script)]
 
 
-def tokens_factors(*, model: str) -> dict[str, float]:
-    """What has been learned for `model`, by script (reports and benchmarks)."""
-    return {script: f for (m, script), f in _factor.items() if m == model}
-
-
 def window_from_error(message: str) -> int | None:
     """The window a refusal names, or None."""
     found = _WINDOW_IN_ERROR.search(message)
@@ -190,15 +185,6 @@ def window_discover(*, model: str, fetch: Callable[[], Any]) -> None:
             logger.info("llm_window_discovered model=%s window_tokens=%d", model, found)
 
     threading.Thread(target=ask, name="cadau-window-discovery", daemon=True).start()
-
-
-def window_forget() -> None:
-    """Tests: start from nothing learned."""
-    with _lock:
-        _learned.clear()
-        _overflows.clear()
-        _factor.clear()
-        _asked.clear()
 
 
 def reply_reserve_tokens(window: int) -> int:

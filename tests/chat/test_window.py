@@ -9,6 +9,7 @@ from cadau.contextconfig import ContextConfig
 from chat.context import PayloadTooLarge, context_payload_build, context_state_fresh
 from chat.llm import window
 from chat.models import ChatMessage, MessageRole
+from devtools.introspect import tokens_factors
 from tests.factories import ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,7 +19,7 @@ def test_the_factors_are_averages_by_script_that_ignore_nonsense():
     english, chinese = "word " * 60, "汉字" * 25  # 100 tokens each by the default guess
     assert window.tokens_estimate(english, model="m") == 101
     assert window.tokens_learn(model="m", text=english, reported=50) == 0.5
-    assert window.tokens_factors(model="m") == {"other": 0.5}
+    assert tokens_factors(model="m") == {"other": 0.5}
     assert window.tokens_estimate(english, model="m") == int(100 * 0.5 * window.FACTOR_MARGIN) + 1
     # One reading moves the average part of the way.
     assert window.tokens_learn(model="m", text=english, reported=150) == pytest.approx(
@@ -27,14 +28,14 @@ def test_the_factors_are_averages_by_script_that_ignore_nonsense():
     # Chinese is learned apart: English's factor does not change what a character costs.
     assert window.tokens_estimate(chinese, model="m") == 101
     assert window.tokens_learn(model="m", text=chinese + "ab", reported=200) == pytest.approx(
-        (200 - 2 / 3 * window.tokens_factors(model="m")["other"]) / 100
+        (200 - 2 / 3 * tokens_factors(model="m")["other"]) / 100
     )
-    assert set(window.tokens_factors(model="m")) == {"other", "cjk"}
+    assert set(tokens_factors(model="m")) == {"other", "cjk"}
     # Readings no tokenizer gives (usage of some other request, a proxy's count) are ignored.
     assert window.tokens_learn(model="m", text=english, reported=1) is None
     assert window.tokens_learn(model="m", text=english, reported=10_000) is None
     assert window.tokens_learn(model="m", text="", reported=10) is None
-    assert window.tokens_factors(model="other") == {}  # per model
+    assert tokens_factors(model="other") == {}  # per model
 
 
 def _send(api, session, content):
@@ -55,7 +56,7 @@ def test_a_reply_teaches_the_estimate_and_the_limit_follows(api, owner, fake_llm
     sent = "".join(m["content"] for m in fake_llm.calls[-1].body["messages"])
     reading = usage["prompt_tokens"] / (len(sent) / 3)
     assert 0.6 < reading < 0.9  # 3/4
-    assert window.tokens_factors(model="fake-chat")["other"] == pytest.approx(reading, rel=0.01)
+    assert tokens_factors(model="fake-chat")["other"] == pytest.approx(reading, rel=0.01)
     second = _send(api, session, "another English question about the sea")
     grown = second["context_budget"]["limit_runes"] / first["context_budget"]["limit_runes"]
     assert grown == pytest.approx(1 / (reading * window.FACTOR_MARGIN), rel=0.05)
@@ -65,7 +66,7 @@ def test_without_a_window_nothing_is_estimated(api, owner, fake_llm):
     session = ChatSessionFactory(owner=owner)
     body = _send(api, session, "hello")
     assert "binding" not in body["context_budget"]
-    assert window.tokens_factors(model="fake-chat") == {}
+    assert tokens_factors(model="fake-chat") == {}
 
 
 @pytest.mark.parametrize(
