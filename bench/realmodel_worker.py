@@ -84,7 +84,7 @@ def main() -> None:
             {
                 "conversations": results,
                 "snapshots": snapshots,
-                "window_learned": window.window_learned(model=model),
+                "window_learned": window.window_learned_get(model=model),
                 "tokens_factors": tokens_factors(model=model),
             }
         )

@@ -21,8 +21,8 @@ from chat.context import (
     Payload,
     PayloadTooLarge,
     Trigger,
-    context_budget_of,
-    context_budget_read,
+    context_budget_from_db,
+    context_budget_from_state,
     context_compact,
     context_compaction_at_send,
     context_needs_compaction,
@@ -44,8 +44,8 @@ from chat.llm.base import (
 from chat.llm.window import (
     tokens_learn,
     window_from_error,
-    window_learn,
-    window_overflowed,
+    window_record_overflow,
+    window_record_stated,
 )
 from chat.models import ChatMessage, MessageStatus
 from chat.services.compaction import compaction_event_end, session_compact
@@ -179,7 +179,7 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
             )
             rows_read += state.rows_read
         if announced:
-            gen.publish(compaction_event_end(result, budget=context_budget_of(state=state)))
+            gen.publish(compaction_event_end(result, budget=context_budget_from_state(state=state)))
         try:
             payload = context_payload_build(state=state)
         except PayloadTooLarge as exc:
@@ -226,9 +226,9 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
             sent = "".join(str(m.get("content") or "") for m in payload.messages)
             stated = window_from_error(str(exc))
             learned = (
-                window_learn(model=model or provider.model, tokens=stated)
+                window_record_stated(model=model or provider.model, tokens=stated)
                 if stated
-                else window_overflowed(model=model or provider.model, text=sent)
+                else window_record_overflow(model=model or provider.model, text=sent)
             )
             logger.warning(
                 "chat_reply_context_overflow session=%s window_tokens=%d payload_runes=%d error=%s",
@@ -244,7 +244,7 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
             # The state too, not only the payload: the reply's final write and its budget
             # go by what the payload was built from.
             state = await in_worker(context_state_fresh)(session_id=session_id, query=query)
-            gen.publish(compaction_event_end(result, budget=context_budget_of(state=state)))
+            gen.publish(compaction_event_end(result, budget=context_budget_from_state(state=state)))
             try:
                 payload = context_payload_build(state=state)
             except PayloadTooLarge:
@@ -339,7 +339,7 @@ def _finish(
     after = context_state_after_reply(
         state=state, message=written.message, unchanged=written.context_unchanged and same_row
     )
-    budget = context_budget_of(state=after)
+    budget = context_budget_from_state(state=after)
     return ReplyResult(message=written.message, context_budget=budget), after
 
 
@@ -350,14 +350,14 @@ def _finish_failed(
     written = reply_finish(
         message=reply, session=turn.session, content=content, status=status, metadata=metadata
     )
-    budget = context_budget_read(session_id=turn.session.pk)
+    budget = context_budget_from_db(session_id=turn.session.pk)
     return ReplyResult(message=written.message, context_budget=budget)
 
 
 def _finish_cancelled(*, turn: Turn, reply: ChatMessage) -> ReplyResult:
     message = reply_cancel_store(reply=reply, session=turn.session)
     return ReplyResult(
-        message=message, context_budget=context_budget_read(session_id=message.session_id)
+        message=message, context_budget=context_budget_from_db(session_id=message.session_id)
     )
 
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from cadau.asgi import application
 from cadau.contextconfig import ContextConfig
 from chat import events
-from chat.context import context_budget_read
+from chat.context import context_budget_from_db
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.turn import registry, service
 from tests.chat.wsclient import loop_left_clean as _loop_left_clean
@@ -142,7 +142,7 @@ async def test_send_streams_message_deltas_and_done_with_budget(session, owner_c
     assert done["message"]["status"] == "complete"
     assert done["message"]["content"] == "one two three"
     # Worked out without reading back (chat/services/reply.py, _finish): as a fresh read.
-    assert done["context_budget"] == await database_sync_to_async(context_budget_read)(
+    assert done["context_budget"] == await database_sync_to_async(context_budget_from_db)(
         session_id=session.pk
     )
     assert done["context_budget"]["used_runes"] > 0

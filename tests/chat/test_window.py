@@ -95,9 +95,9 @@ def test_a_window_the_server_states_is_used_before_any_refusal(api, owner, fake_
     session = ChatSessionFactory(owner=owner)
     _send(api, session, "hi")  # small enough to fit; asks for the window meanwhile
     deadline = time.monotonic() + 5
-    while window.window_learned(model="fake-chat") is None and time.monotonic() < deadline:
+    while window.window_learned_get(model="fake-chat") is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert window.window_learned(model="fake-chat") == 700
+    assert window.window_learned_get(model="fake-chat") == 700
     make_conversation(session, turns=12, words=40)
     before = fake_llm.count("chat")
     body = _send(api, session, "a question after a long conversation")
@@ -121,14 +121,14 @@ def test_a_window_implied_by_an_overflow_follows_what_is_learned_later():
     """A refusal without a figure: the window is under that prompt. Met before the tokenizer is
     known, our guess overstates English tokens; once a factor is learned the window follows."""
     english = "word " * 600  # 1000 tokens by the default guess
-    window.window_overflowed(model="m", text=english)
-    first = window.window_learned(model="m")
+    window.window_record_overflow(model="m", text=english)
+    first = window.window_learned_get(model="m")
     assert first is not None and 790 <= first <= 801
     window.tokens_learn(model="m", text=english, reported=500)  # the tokenizer: half our guess
-    assert window.window_learned(model="m") == int(1000 * 0.5 * window.FACTOR_MARGIN * 0.8)
+    assert window.window_learned_get(model="m") == int(1000 * 0.5 * window.FACTOR_MARGIN * 0.8)
     # A stated window still wins when it is smaller.
-    window.window_learn(model="m", tokens=300)
-    assert window.window_learned(model="m") == 300
+    window.window_record_stated(model="m", tokens=300)
+    assert window.window_learned_get(model="m") == 300
 
 
 def test_a_turn_in_a_cheaper_script_fits_where_the_average_says_it_does_not(owner, settings):
