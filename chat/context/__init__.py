@@ -54,6 +54,7 @@ from chat.context.state import (
     context_state_after_reply,
     context_state_fresh,
     context_state_read,
+    context_window_probe_start,
     for_model,
     message_runes,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "context_state_fresh",
     "context_state_read",
     "context_strategy",
+    "context_window_probe_start",
     "for_model",
     "message_runes",
     "summary_prefix",

@@ -235,14 +235,6 @@ def context_state_read(
     return state
 
 
-def _window_ask(*, model: str) -> None:
-    """Have the server asked, once and in the background, what window it gives `model`."""
-    provider = get_provider()
-    listing = getattr(provider, "models_listing", None)
-    if listing is not None and not provider.is_offline:
-        window_probe_start(model=model, fetch=listing)
-
-
 def _window_apply(state: ContextState) -> None:
     """Bring the rune budget down to the model's window when that is the smaller: the window
     in tokens (configured, or learned from the server) less room for the reply, converted at
@@ -250,8 +242,6 @@ def _window_apply(state: ContextState) -> None:
     (compaction, trimming, the budget shown) then works within it."""
     cfg = state.cfg
     model = session_model(session=state.session)
-    if not cfg.window_tokens:
-        _window_ask(model=model)
     window = cfg.window_tokens or window_learned_get(model=model)
     if not window:
         return
@@ -274,6 +264,19 @@ def _window_apply(state: ContextState) -> None:
         # A summary must leave room for the turns it stands beside.
         summary_max_runes=max(200, min(cfg.summary_max_runes, limit // 4)),
     )
+
+
+def context_window_probe_start(*, session: ChatSession) -> None:
+    """Have the model server asked what window it gives the session's model (its /v1/models),
+    once per model and process, in a background thread; not when the window is configured.
+    Network I/O, so no read does it: the send calls it before reading the context. Until the
+    answer arrives, and if the server states none, the state is as if it had not been asked."""
+    if context_config_for(session=session).window_tokens:
+        return
+    provider = get_provider()
+    listing = getattr(provider, "models_listing", None)
+    if listing is not None and not provider.is_offline:
+        window_probe_start(model=session_model(session=session), fetch=listing)
 
 
 def context_state_fresh(

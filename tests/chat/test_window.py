@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from cadau.contextconfig import ContextConfig
-from chat.context import PayloadTooLarge, context_payload_build, context_state_fresh
+from chat.context import (
+    PayloadTooLarge,
+    context_payload_build,
+    context_state_fresh,
+    context_window_probe_start,
+)
 from chat.llm import window
 from chat.models import ChatMessage, MessageRole
 from devtools.introspect import tokens_factors
@@ -104,6 +109,30 @@ def test_a_window_the_server_states_is_used_before_any_refusal(api, owner, fake_
     assert body["assistant_message"]["status"] == "complete"
     assert body["context_budget"]["binding"] == "window"
     assert fake_llm.count("chat") == before + 1  # fitted at once: no refusal, no retry
+
+
+def test_the_window_probe_is_started_by_its_caller_not_by_a_read(owner, fake_llm, monkeypatch):
+    """Asking the server is network I/O: a read of the context never starts it, the send does
+    (context_window_probe_start), and not for a window the configuration gives."""
+    from chat.context import state
+
+    asked: list[str] = []
+    monkeypatch.setattr(state, "window_probe_start", lambda *, model, fetch: asked.append(model))
+    session = ChatSessionFactory(owner=owner)
+    context_state_fresh(session_id=session.pk)
+    assert asked == []
+    context_window_probe_start(session=session)
+    assert asked == ["fake-chat"]
+
+
+def test_a_configured_window_is_not_asked_for(owner, fake_llm, settings, monkeypatch):
+    from chat.context import state
+
+    asked: list[str] = []
+    monkeypatch.setattr(state, "window_probe_start", lambda *, model, fetch: asked.append(model))
+    settings.CHAT_CONTEXT = ContextConfig(input_budget_runes=48_000, window_tokens=2000)
+    context_window_probe_start(session=ChatSessionFactory(owner=owner))
+    assert asked == []
 
 
 def test_a_server_without_a_models_route_changes_nothing(api, owner, fake_llm, monkeypatch):
