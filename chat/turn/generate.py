@@ -31,6 +31,7 @@ from chat.context import (
     context_state_fresh,
     context_state_read,
     context_strategy,
+    context_window_probe_start,
 )
 from chat.context.prompt import agent_model
 from chat.llm import get_provider, slots
@@ -127,6 +128,7 @@ def turn_prepare(turn: Turn) -> Prepared:
     # A hook that reported something (a fact remembered) may have changed what the prompt
     # shows: load it again then; else the one the send's checks loaded stands.
     prompt = None if events else turn.prompt
+    context_window_probe_start(session=turn.session)
     state = context_state_read(session=turn.session, query=turn.query, prompt=prompt)
     prepared = Prepared(
         events=events, state=state, compaction=context_compaction_at_send(state=state)
