@@ -141,7 +141,8 @@ async def test_send_streams_message_deltas_and_done_with_budget(session, owner_c
     done = events[-1]
     assert done["message"]["status"] == "complete"
     assert done["message"]["content"] == "one two three"
-    # Worked out without reading back (chat/services/reply.py, _finish): as a fresh read.
+    # Worked out without reading back (chat/turn/generate.py `_finish`, chat/context/state.py
+    # `context_state_after_reply`): as a fresh read.
     assert done["context_budget"] == await database_sync_to_async(context_budget_from_db)(
         session_id=session.pk
     )
