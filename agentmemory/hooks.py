@@ -67,12 +67,6 @@ def memory_prompt_part(*, session: ChatSession) -> PromptPart | None:
     return render
 
 
-def memory_system_prompt(*, session: ChatSession, query: str = "") -> str:
-    """The long-term memory a call for `query` carries in its system prompt ("" for none)."""
-    part = memory_prompt_part(session=session)
-    return part(query) if part is not None else ""
-
-
 def memory_remember_on_turn(
     *, session: ChatSession, user_message: ChatMessage | None
 ) -> list[dict[str, Any]]:

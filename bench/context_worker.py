@@ -60,7 +60,7 @@ def conversation(*, turns: int, fake_url: str) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
 
     from chat.models import ChatSession
-    from chat.workers import background_wait
+    from devtools.introspect import background_wait
 
     user, _ = get_user_model().objects.get_or_create(username="bench-context")
     session = ChatSession.objects.create(

@@ -69,7 +69,7 @@ def main() -> None:
 
     from chat.llm import get_provider, window
     from chat.models import ContextSnapshot
-    from chat.workers import background_wait
+    from devtools.introspect import background_wait, tokens_factors
 
     call_command("migrate", verbosity=0, interactive=False)
     owner = get_user_model().objects.create_user(username="bench", password="bench-pw-1")
@@ -84,8 +84,8 @@ def main() -> None:
             {
                 "conversations": results,
                 "snapshots": snapshots,
-                "window_learned": window.window_learned(model=model),
-                "tokens_factors": window.tokens_factors(model=model),
+                "window_learned": window.window_learned_get(model=model),
+                "tokens_factors": tokens_factors(model=model),
             }
         )
     )

@@ -234,7 +234,7 @@ def _send(*, client: Any, session_id: int, content: str) -> dict[str, Any]:
     import asyncio
 
     from chat.turn import service
-    from chat.workers import background_wait
+    from devtools.introspect import background_wait
 
     first_delta = 0.0
     done: dict[str, Any] = {}

@@ -45,7 +45,7 @@ def _changing(sender: Any, instance: AbstractBaseUser, **kwargs: Any) -> None:
     setattr(instance, _CHANGES, changes)
 
 
-def _changed(sender: Any, instance: AbstractBaseUser, **kwargs: Any) -> None:
+def _revocations_announce(sender: Any, instance: AbstractBaseUser, **kwargs: Any) -> None:
     changes = getattr(instance, _CHANGES, [])
     setattr(instance, _CHANGES, [])
     # Sent inside the saving transaction: what a receiver writes (deleted tokens) commits or
@@ -54,7 +54,7 @@ def _changed(sender: Any, instance: AbstractBaseUser, **kwargs: Any) -> None:
         credentials_revoked.send(sender=type(instance), user_id=instance.pk, reason=reason)
 
 
-def _logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+def _logout_announce(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     if user is None or user.pk is None:
         return
     session = getattr(request, "session", None)
@@ -69,5 +69,5 @@ def _logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 def connect_signals() -> None:
     user_model = get_user_model()
     pre_save.connect(_changing, sender=user_model, dispatch_uid="cadau_credentials_pre")
-    post_save.connect(_changed, sender=user_model, dispatch_uid="cadau_credentials")
-    user_logged_out.connect(_logged_out, dispatch_uid="cadau_credentials_logout")
+    post_save.connect(_revocations_announce, sender=user_model, dispatch_uid="cadau_credentials")
+    user_logged_out.connect(_logout_announce, dispatch_uid="cadau_credentials_logout")

@@ -31,7 +31,7 @@ from django.http.response import HttpResponseBase
 from django.urls import get_resolver
 from django.utils.log import log_response
 
-from cadau.deferred import RESOLVED_ON_LOOP, DeferredResponse, deferred_resolve, headers_carried
+from cadau.deferred import RESOLVED_ON_LOOP, DeferredResponse, deferred_resolve, headers_carry
 
 # Set in a request's scope by ASGIHandler.__call__ when the view it resolves to is sync.
 _SYNC_VIEW = "cadau.sync_view"
@@ -54,7 +54,7 @@ class ASGIHandler(DjangoASGIHandler):
             max_workers=settings.HTTP_THREADS, thread_name_prefix="cadau-http"
         )
         self._serve: Callable[..., Any] = database_sync_to_async(
-            self._served, thread_sensitive=False, executor=threads
+            self._get_response_sync, thread_sensitive=False, executor=threads
         )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -69,7 +69,7 @@ class ASGIHandler(DjangoASGIHandler):
             return
         await super().__call__(scope, receive, send)
 
-    def _served(self, request: HttpRequest) -> HttpResponseBase:
+    def _get_response_sync(self, request: HttpRequest) -> HttpResponseBase:
         try:
             return self._sync.get_response(request)
         finally:
@@ -91,7 +91,7 @@ class ASGIHandler(DjangoASGIHandler):
             failed = await sync_to_async(response_for_exception, thread_sensitive=False)(
                 request, exc
             )
-            return headers_carried(response, failed)
+            return headers_carry(response, failed)
         if final.status_code >= 400:
             # Django logged the placeholder's 202, not this (a queued send's 409, say).
             await sync_to_async(log_response, thread_sensitive=False)(

@@ -30,13 +30,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection as default_connection
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.migrations.operations.base import Operation
 
 ACTIONS = ("CASCADE", "SET NULL")
-# PostgreSQL's pg_constraint.confdeltype codes.
-_PG_CODES = {"c": "CASCADE", "n": "SET NULL", "a": "NO ACTION", "r": "RESTRICT", "d": "SET DEFAULT"}
 
 #: (table, column, referenced table, action) for every foreign key that has its action in the
 #: database: the session's and the agent's children, as their models' on_delete says.
@@ -68,34 +64,6 @@ def references_rewrite(*, create_sql: str, column: str, to_table: str, action: s
     if count != 1:
         raise ValueError(f"{column} REFERENCES {to_table}: found {count} times in {create_sql!r}")
     return rewritten
-
-
-def on_delete_actions(
-    *, connection: BaseDatabaseWrapper | None = None
-) -> dict[tuple[str, str], str]:
-    """(table, column) -> the database's ON DELETE action, for the foreign keys of
-    DB_ON_DELETE ("NO ACTION" when it has none)."""
-    conn = connection or default_connection
-    tables = {table for table, *_ in DB_ON_DELETE}
-    found: dict[tuple[str, str], str] = {}
-    with conn.cursor() as cursor:
-        for table in sorted(tables):
-            if conn.vendor == "sqlite":
-                cursor.execute(f"PRAGMA foreign_key_list({_q(table)})")
-                # (id, seq, table, from, to, on_update, on_delete, match)
-                for row in cursor.fetchall():
-                    found[(table, row[3])] = row[6].upper()
-            elif conn.vendor == "postgresql":
-                cursor.execute(
-                    "SELECT att.attname, con.confdeltype FROM pg_constraint con "
-                    "JOIN pg_attribute att ON att.attrelid = con.conrelid "
-                    "AND att.attnum = con.conkey[1] "
-                    "WHERE con.contype = 'f' AND con.conrelid = %s::regclass",
-                    [_q(table)],
-                )
-                for column, code in cursor.fetchall():
-                    found[(table, column)] = _PG_CODES[code]
-    return found
 
 
 class ForeignKeyOnDelete(Operation):

@@ -44,7 +44,7 @@ class DeferredResponse(HttpResponse):
         self.then = then
 
 
-def headers_carried(placeholder: HttpResponseBase, response: HttpResponseBase) -> HttpResponseBase:
+def headers_carry(placeholder: HttpResponseBase, response: HttpResponseBase) -> HttpResponseBase:
     """`response` with what the middleware set on `placeholder` (it never saw `response`)."""
     for name, value in placeholder.items():
         lowered = name.lower()
@@ -74,7 +74,7 @@ def headers_carried(placeholder: HttpResponseBase, response: HttpResponseBase) -
 async def deferred_resolve(response: HttpResponseBase) -> HttpResponseBase:
     """`response`, or what its deferred work gave, with the middleware's headers carried."""
     while isinstance(response, DeferredResponse):
-        response = headers_carried(response, await response.then())
+        response = headers_carry(response, await response.then())
     return response
 
 

@@ -83,17 +83,3 @@ def limit_hit(*, scope: str, ident: str, rate: Rate | None = None) -> int | None
 
 
 limit_hit_async = sync_to_async(limit_hit, thread_sensitive=False)
-
-
-def limits_clear() -> None:
-    """Forgets every counter and lockout (tests; an operator lifting all limits at once).
-    Only this app's keys: the Redis database may be shared with the channel layer."""
-    backend = getattr(cache, "_cache", None)
-    if backend is None or not hasattr(backend, "get_client"):
-        cache.clear()  # local memory: this process's own store
-        return
-    client = backend.get_client(None, write=True)
-    for pattern in (cache.make_key(f"{PREFIX}:*"), cache.make_key("login:*")):
-        batch = list(client.scan_iter(match=pattern, count=500))
-        if batch:
-            client.delete(*batch)

@@ -96,11 +96,11 @@ class ExpiringTokenAuthentication(TokenAuthentication):
 # --- rotation on a password change ---------------------------------------------------------
 
 
-def _revoked(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
+def _tokens_delete_on_password(sender: Any, user_id: int, reason: str, **kwargs: Any) -> None:
     # Whoever knew the old password may have minted a key.
     if reason == "password":
         Token.objects.filter(user_id=user_id).delete()
 
 
 def connect_signals() -> None:
-    credentials_revoked.connect(_revoked, dispatch_uid="cadau_token_rotate")
+    credentials_revoked.connect(_tokens_delete_on_password, dispatch_uid="cadau_token_rotate")

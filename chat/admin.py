@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from chat.context import context_budget_for, context_reset, with_context_runes
+from chat.context import context_budget_from_row, context_reset, with_context_runes
 from chat.errors import ChatError, InvalidInput, SearchTimeout
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
 from chat.search.selectors import message_ids_search_admin
@@ -144,11 +144,11 @@ class ChatSessionAdmin(admin.ModelAdmin):
 
     @admin.display(description="budget %")
     def budget_pct(self, obj: ChatSession) -> float:
-        return float(context_budget_for(session=obj)["used_pct"])
+        return float(context_budget_from_row(session=obj)["used_pct"])
 
     @admin.display(description="context budget")
     def context_budget(self, obj: ChatSession) -> str:
-        budget = context_budget_for(session=obj)
+        budget = context_budget_from_row(session=obj)
         return f"{budget['used_runes']} / {budget['limit_runes']} runes ({budget['used_pct']}%)"
 
 

@@ -97,11 +97,6 @@ def tool_register(tool: Tool, *, replace: bool = False) -> Tool:
     return tool
 
 
-def tool_unregister(name: str) -> None:
-    with _lock:
-        _registry.pop(name, None)
-
-
 def _load_settings_tools() -> None:
     # Lazily (a deployment module listed in AGENT_TOOLS may itself import chat models), and
     # again whenever the setting changes (tests override it).

@@ -12,7 +12,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -44,6 +44,8 @@ def in_worker(fn: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
 
 
 _executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cadau-bg")
+# The jobs not done yet: nothing here waits on them, tests and benchmarks do
+# (devtools/introspect.py).
 _pending: set[Future[Any]] = set()
 
 
@@ -64,11 +66,6 @@ def background_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:
     _pending.add(future)
     future.add_done_callback(_pending.discard)
     return future
-
-
-def background_wait(timeout: float = 30.0) -> None:
-    """Tests and graceful shutdown: wait for the jobs submitted so far."""
-    wait(list(_pending), timeout=timeout)
 
 
 # A request that waits on a summarising model call ("compact now"): two at a time per process,

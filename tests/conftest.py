@@ -8,8 +8,8 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 from rest_framework.test import APIClient
 
-from cadau.limits import limits_clear
 from tests.factories import UserFactory
+from tests.helpers import limits_clear, window_forget
 
 # Area fixtures live in their own plugin modules so parallel work does not collide here.
 pytest_plugins = ["tests.fixtures_llm", "tests.fixtures_real_llm"]
@@ -124,8 +124,6 @@ def _titles_without_a_model_call(settings):
 @pytest.fixture(autouse=True)
 def _no_learned_windows():
     """What a test's model server taught about its context window stays with that test."""
-    from chat.llm.window import window_forget
-
     window_forget()
     yield
     window_forget()

@@ -8,7 +8,10 @@ import json
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.core.cache import cache
 
+from agentmemory.hooks import memory_prompt_part
+from cadau import limits
 from chat.context import (
     Payload,
     context_compact,
@@ -16,6 +19,8 @@ from chat.context import (
     context_payload_build,
     context_state_fresh,
 )
+from chat.llm import transport, window
+from chat.models import ChatSession
 from chat.turn import service
 
 
@@ -28,6 +33,42 @@ async def replies_wait(*, timeout: float = 30.0) -> None:
     mine = [task for task in service._tasks if task.get_loop() is loop]
     if mine:
         await asyncio.wait(mine, timeout=timeout)
+
+
+def limits_clear() -> None:
+    """Forget every rate-limit counter and lockout. Only this app's keys: the Redis database
+    may be shared with the channel layer."""
+    backend = getattr(cache, "_cache", None)
+    if backend is None or not hasattr(backend, "get_client"):
+        cache.clear()  # local memory: this process's own store
+        return
+    client = backend.get_client(None, write=True)
+    for pattern in (cache.make_key(f"{limits.PREFIX}:*"), cache.make_key("login:*")):
+        batch = list(client.scan_iter(match=pattern, count=500))
+        if batch:
+            client.delete(*batch)
+
+
+def window_forget() -> None:
+    """Start from nothing learned about any model's window or tokenizer."""
+    with window._lock:
+        window._learned.clear()
+        window._overflows.clear()
+        window._factor.clear()
+        window._asked.clear()
+
+
+async def loop_transports_close() -> None:
+    """Close every aiohttp transport made on the running loop: a test that ran the ASGI
+    application ends a loop marked long-lived, which a server process never does."""
+    for made in list(transport._open.pop(asyncio.get_running_loop(), ())):
+        await made.aclose()
+
+
+def memory_system_prompt(*, session: ChatSession, query: str = "") -> str:
+    """The long-term memory a call for `query` carries in its system prompt ("" for none)."""
+    part = memory_prompt_part(session=session)
+    return part(query) if part is not None else ""
 
 
 def sse_events(response: Any) -> list[dict[str, Any]]:

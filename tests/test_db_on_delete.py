@@ -9,11 +9,38 @@ from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from agentmemory.models import MemoryFlush
-from cadau.dbconstraints import DB_ON_DELETE, on_delete_actions, references_rewrite
+from cadau.dbconstraints import DB_ON_DELETE, _q, references_rewrite
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
 from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
 
 BEFORE = [("chat", "0004_agent_memory_uuid"), ("agentmemory", "0001_initial")]
+# PostgreSQL's pg_constraint.confdeltype codes.
+_PG_CODES = {"c": "CASCADE", "n": "SET NULL", "a": "NO ACTION", "r": "RESTRICT", "d": "SET DEFAULT"}
+
+
+def on_delete_actions() -> dict[tuple[str, str], str]:
+    """(table, column) -> the database's ON DELETE action, for the foreign keys of
+    DB_ON_DELETE ("NO ACTION" when it has none)."""
+    tables = {table for table, *_ in DB_ON_DELETE}
+    found: dict[tuple[str, str], str] = {}
+    with connection.cursor() as cursor:
+        for table in sorted(tables):
+            if connection.vendor == "sqlite":
+                cursor.execute(f"PRAGMA foreign_key_list({_q(table)})")
+                # (id, seq, table, from, to, on_update, on_delete, match)
+                for row in cursor.fetchall():
+                    found[(table, row[3])] = row[6].upper()
+            elif connection.vendor == "postgresql":
+                cursor.execute(
+                    "SELECT att.attname, con.confdeltype FROM pg_constraint con "
+                    "JOIN pg_attribute att ON att.attrelid = con.conrelid "
+                    "AND att.attnum = con.conkey[1] "
+                    "WHERE con.contype = 'f' AND con.conrelid = %s::regclass",
+                    [_q(table)],
+                )
+                for column, code in cursor.fetchall():
+                    found[(table, column)] = _PG_CODES[code]
+    return found
 
 
 def _family(owner) -> tuple[Agent, ChatSession]:

@@ -10,7 +10,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from chat.context import context_budget_for
+from chat.context import context_budget_from_row
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
 from chat.shapes import message_payload
 
@@ -53,7 +53,7 @@ class SessionSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ContextBudgetSerializer)
     def get_context_budget(self, obj: ChatSession) -> dict[str, Any]:
-        return context_budget_for(session=obj)
+        return context_budget_from_row(session=obj)
 
 
 class MessageSerializer(serializers.ModelSerializer):

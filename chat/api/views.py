@@ -23,7 +23,7 @@ from chat.api import serializers as s
 from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
 from chat.api.throttles import LOGIN_THROTTLES, per_user
-from chat.context import context_budget_for
+from chat.context import context_budget_from_row
 from chat.context.heading import summary_prefix
 from chat.rendering import render_markdown
 from chat.selectors import (
@@ -192,7 +192,7 @@ class TruncateView(APIView):
                 "deleted": result.deleted,
                 "summary_rewound": result.summary_rewound,
                 "cancelled_reply_id": truncated.cancelled_reply_id,
-                "context_budget": context_budget_for(session=result.session),
+                "context_budget": context_budget_from_row(session=result.session),
             }
         )
 
@@ -212,7 +212,7 @@ class SessionContextView(APIView):
             {
                 "context_summary": session.context_summary,
                 "verbatim_since_message_id": session.verbatim_since_message_id,
-                "context_budget": context_budget_for(session=session),
+                "context_budget": context_budget_from_row(session=session),
                 "snapshots": s.SnapshotSerializer(
                     snapshots, many=True, context={"staff": request.user.is_staff}
                 ).data,

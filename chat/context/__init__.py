@@ -19,7 +19,7 @@ rune budget. Compaction moves the anchor forward and merges what it passes into 
 Callers import what they use from here; the names below are the engine's public surface.
 """
 
-from chat.context.budget import context_budget_for, with_context_runes
+from chat.context.budget import context_budget_from_row, with_context_runes
 from chat.context.commit import CompactionResult, Trigger
 from chat.context.compaction import (
     SendCompaction,
@@ -46,12 +46,13 @@ from chat.context.state import (
     TAIL_PAGE,
     ContextState,
     TailMessage,
-    context_budget_of,
-    context_budget_read,
+    context_budget_from_db,
+    context_budget_from_state,
     context_needs_compaction,
     context_state_after_reply,
     context_state_fresh,
     context_state_read,
+    context_window_probe_start,
     for_model,
     message_runes,
 )
@@ -73,9 +74,9 @@ __all__ = [
     "TailMessage",
     "Trigger",
     "Trimmed",
-    "context_budget_for",
-    "context_budget_of",
-    "context_budget_read",
+    "context_budget_from_db",
+    "context_budget_from_row",
+    "context_budget_from_state",
     "context_check_fits",
     "context_choose_cut",
     "context_compact",
@@ -88,6 +89,7 @@ __all__ = [
     "context_state_fresh",
     "context_state_read",
     "context_strategy",
+    "context_window_probe_start",
     "for_model",
     "message_runes",
     "summary_prefix",

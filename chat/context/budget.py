@@ -1,16 +1,16 @@
 """The `context_budget` the API shows: how much of the model's input budget the next call would
 use, in runes (characters).
 
-One session: the context engine's own figure (`context_budget_of` its state), so the ring a
-page shows matches what sends report.
+One session: the context engine's own figure (`context_budget_from_state` of its state), so the
+ring a page shows matches what sends report.
 
 The session list needs a budget for up to 100 sessions per page, and the engine's figure is a
 few queries per session: N+1. So the list computes a close estimate inside its page query
 instead (`with_context_runes`: one correlated SUM over the newest rows of the verbatim tail,
-served by chat_msg_session_id_idx), and `context_budget_for` uses it when the session carries
-it. What the estimate leaves out: system-prompt hooks (injected memory, which may read files)
-and the JSON of tool calls. We chose this over a stored column because a stored figure must be kept
-right by every writer (send, tool loop, compaction, truncation, memory edits).
+served by chat_msg_session_id_idx), and `context_budget_from_row` uses it when the session row
+carries it. What the estimate leaves out: system-prompt hooks (injected memory, which may read
+files) and the JSON of tool calls. We chose this over a stored column because a stored figure
+must be kept right by every writer (send, tool loop, compaction, truncation, memory edits).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from django.db.models import IntegerField, OuterRef, QuerySet, Subquery, Sum, Va
 from django.db.models.functions import Coalesce, Length
 
 from chat.context.prompt import base_prompt, context_config_for, system_text
-from chat.context.state import context_budget_of, context_state_read
+from chat.context.state import context_budget_from_state, context_state_read
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, ChatSession
 
 ANNOTATION = "verbatim_tail_runes"
@@ -39,11 +39,12 @@ def budget_from_runes(*, used_runes: int, limit_runes: int) -> dict[str, Any]:
     }
 
 
-def context_budget_for(*, session: ChatSession) -> dict[str, Any]:
-    """The session's budget: from the list annotation when the row carries it, else read."""
+def context_budget_from_row(*, session: ChatSession) -> dict[str, Any]:
+    """The budget of a loaded session row: from the list annotation when the row carries it
+    (`with_context_runes`), else from the context state read for that row."""
     tail = getattr(session, ANNOTATION, None)
     if tail is None:
-        return context_budget_of(state=context_state_read(session=session))
+        return context_budget_from_state(state=context_state_read(session=session))
     # Same composition as the engine's payload, minus hooks: agent prompt (or the default),
     # summary under its prefix, then the verbatim tail. Pure Python on the loaded row.
     system = system_text(
@@ -55,7 +56,8 @@ def context_budget_for(*, session: ChatSession) -> dict[str, Any]:
 
 def with_context_runes(queryset: _S) -> _S:
     """Annotate each session with the rune count of its verbatim tail (id >= anchor, the
-    statuses the engine sends), for `context_budget_for`. Callers select_related("agent", "owner").
+    statuses the engine sends), for `context_budget_from_row`. Callers select_related("agent",
+    "owner").
 
     Bounded: only the newest LIST_TAIL_ROWS rows of each tail are summed, chosen through
     chat_msg_session_id_idx (an unbounded SUM took a second per page for a user owning a

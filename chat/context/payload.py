@@ -18,7 +18,7 @@ from chat.context.trim import (
 )
 from chat.errors import MessageTooLarge
 from chat.llm.base import Message
-from chat.llm.window import reply_reserve_tokens, tokens_estimate, window_learned
+from chat.llm.window import reply_reserve_tokens, tokens_estimate, window_learned_get
 from chat.models import ChatSession, MessageRole
 
 logger = logging.getLogger("chat.context")
@@ -113,7 +113,7 @@ def context_check_fits(*, session: ChatSession, prompt: SystemPrompt, content: s
             f"{cfg.effective_hard_limit_runes}."
         )
     model = session_model(session=session)
-    window = cfg.window_tokens or window_learned(model=model)
+    window = cfg.window_tokens or window_learned_get(model=model)
     if not window:
         return
     room = window - reply_reserve_tokens(window)

@@ -23,8 +23,8 @@ from chat.llm.base import Message
 from chat.llm.window import (
     reply_reserve_tokens,
     tokens_estimate,
-    window_discover,
-    window_learned,
+    window_learned_get,
+    window_probe_start,
 )
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, ChatSession, MessageRole
 from chat.queries import message_tail_rows
@@ -231,28 +231,18 @@ def context_state_read(
         backlog=backlog,
         rows_read=rows_read,
     )
-    _windowed(state)
+    _window_apply(state)
     return state
 
 
-def _window_ask(*, model: str) -> None:
-    """Have the server asked, once and in the background, what window it gives `model`."""
-    provider = get_provider()
-    listing = getattr(provider, "models_listing", None)
-    if listing is not None and not provider.is_offline:
-        window_discover(model=model, fetch=listing)
-
-
-def _windowed(state: ContextState) -> None:
+def _window_apply(state: ContextState) -> None:
     """Bring the rune budget down to the model's window when that is the smaller: the window
     in tokens (configured, or learned from the server) less room for the reply, converted at
     the runes per token this conversation's own text is estimated at. Everything downstream
     (compaction, trimming, the budget shown) then works within it."""
     cfg = state.cfg
     model = session_model(session=state.session)
-    if not cfg.window_tokens:
-        _window_ask(model=model)
-    window = cfg.window_tokens or window_learned(model=model)
+    window = cfg.window_tokens or window_learned_get(model=model)
     if not window:
         return
     system = system_text(system_prompt=state.system_prompt, summary=state.summary)
@@ -274,6 +264,19 @@ def _windowed(state: ContextState) -> None:
         # A summary must leave room for the turns it stands beside.
         summary_max_runes=max(200, min(cfg.summary_max_runes, limit // 4)),
     )
+
+
+def context_window_probe_start(*, session: ChatSession) -> None:
+    """Have the model server asked what window it gives the session's model (its /v1/models),
+    once per model and process, in a background thread; not when the window is configured.
+    Network I/O, so no read does it: the send calls it before reading the context. Until the
+    answer arrives, and if the server states none, the state is as if it had not been asked."""
+    if context_config_for(session=session).window_tokens:
+        return
+    provider = get_provider()
+    listing = getattr(provider, "models_listing", None)
+    if listing is not None and not provider.is_offline:
+        window_probe_start(model=session_model(session=session), fetch=listing)
 
 
 def context_state_fresh(
@@ -319,7 +322,8 @@ def context_state_after_reply(
     return context_state_fresh(session_id=state.session.pk)
 
 
-def context_budget_of(*, state: ContextState) -> dict[str, Any]:
+def context_budget_from_state(*, state: ContextState) -> dict[str, Any]:
+    """The budget a context state already read stands for: no query."""
     limit = state.cfg.input_budget_runes
     used = state.runes
     budget: dict[str, Any] = {
@@ -333,9 +337,10 @@ def context_budget_of(*, state: ContextState) -> dict[str, Any]:
     return budget
 
 
-def context_budget_read(*, session_id: int) -> dict[str, Any]:
-    """The budget of the session as stored now."""
-    return context_budget_of(state=context_state_fresh(session_id=session_id))
+def context_budget_from_db(*, session_id: int) -> dict[str, Any]:
+    """The budget of session `session_id` as stored now: its row and context read afresh from
+    the database (a compaction may have moved the summary since the caller's copy)."""
+    return context_budget_from_state(state=context_state_fresh(session_id=session_id))
 
 
 def context_needs_compaction(*, state: ContextState, reserve_runes: int = 0) -> bool:

@@ -35,10 +35,6 @@ def reply_ended() -> None:
             _idle.notify_all()
 
 
-def replies_in_flight() -> int:
-    return _replies
-
-
 def idle_wait(*, timeout: float) -> bool:
     """Block until no reply is in flight in this process, at most `timeout` seconds. True when
     it is idle."""

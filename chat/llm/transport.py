@@ -44,13 +44,6 @@ def loop_is_long_lived(loop: asyncio.AbstractEventLoop) -> bool:
     return loop in _long_lived
 
 
-async def loop_transports_close() -> None:
-    """Close every aiohttp transport made on the running loop. For whoever ends a long-lived
-    loop early (a test that ran the ASGI application); a server process just exits."""
-    for transport in list(_open.pop(asyncio.get_running_loop(), ())):
-        await transport.aclose()
-
-
 # What the library lets through: its own httpx mapping, or aiohttp's errors unmapped.
 _RAISED = (httpx.HTTPError, aiohttp.ClientError, TimeoutError)
 

@@ -89,19 +89,15 @@ def tokens_learn(*, model: str, text: str, reported: int) -> float | None:
         return _factor[(model, script)]
 
 
-def tokens_factors(*, model: str) -> dict[str, float]:
-    """What has been learned for `model`, by script (reports and benchmarks)."""
-    return {script: f for (m, script), f in _factor.items() if m == model}
-
-
 def window_from_error(message: str) -> int | None:
     """The window a refusal names, or None."""
     found = _WINDOW_IN_ERROR.search(message)
     return int(found.group(1)) if found else None
 
 
-def window_learn(*, model: str, tokens: int) -> int:
-    """Remember (the smallest) window seen for `model`; the window now in force."""
+def window_record_stated(*, model: str, tokens: int) -> int:
+    """Record a window the server stated for `model` (in a refusal or /v1/models), keeping the
+    smallest stated; returns that smallest."""
     with _lock:
         known = _learned.get(model)
         if known is None or tokens < known:
@@ -118,7 +114,7 @@ _overflows: dict[str, list[tuple[float, float]]] = {}
 OVERFLOW_SHARE = 0.8
 
 
-def window_overflowed(*, model: str, text: str) -> int:
+def window_record_overflow(*, model: str, text: str) -> int:
     """Remember that a prompt `text` did not fit `model`'s window (the server did not say by how
     much); the window now in force."""
     with _lock:
@@ -127,12 +123,12 @@ def window_overflowed(*, model: str, text: str) -> int:
         # The smallest few are all that can matter.
         seen.sort(key=lambda p: p[0] + p[1])
         del seen[5:]
-    learned = window_learned(model=model)
+    learned = window_learned_get(model=model)
     assert learned is not None
     return learned
 
 
-def window_learned(*, model: str) -> int | None:
+def window_learned_get(*, model: str) -> int | None:
     """The window in force for `model`: the smallest stated (in a refusal or /v1/models) and
     what refused prompts imply, at the factors known now."""
     found = [_learned[model]] if model in _learned else []
@@ -170,7 +166,7 @@ def window_from_models(listing: Any, *, model: str) -> int | None:
 _asked: set[str] = set()
 
 
-def window_discover(*, model: str, fetch: Callable[[], Any]) -> None:
+def window_probe_start(*, model: str, fetch: Callable[[], Any]) -> None:
     """Ask the server for `model`'s window once per process, in the background: `fetch`
     returns its /v1/models listing (or raises). A stated window is learned like a refused
     one; until it arrives, and if the server says nothing, sends go on as before."""
@@ -186,19 +182,10 @@ def window_discover(*, model: str, fetch: Callable[[], Any]) -> None:
             logger.info("llm_window_discovery_failed model=%s error=%s", model, str(exc)[:200])
             return
         if found:
-            window_learn(model=model, tokens=found)
+            window_record_stated(model=model, tokens=found)
             logger.info("llm_window_discovered model=%s window_tokens=%d", model, found)
 
     threading.Thread(target=ask, name="cadau-window-discovery", daemon=True).start()
-
-
-def window_forget() -> None:
-    """Tests: start from nothing learned."""
-    with _lock:
-        _learned.clear()
-        _overflows.clear()
-        _factor.clear()
-        _asked.clear()
 
 
 def reply_reserve_tokens(window: int) -> int:

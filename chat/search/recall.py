@@ -38,7 +38,7 @@ from django.conf import settings
 from chat.context.prompt import context_config_for, session_model
 from chat.errors import InvalidInput
 from chat.hooks import PromptPart, system_prompt_hooks
-from chat.llm.window import window_learned
+from chat.llm.window import window_learned_get
 from chat.models import EXCLUDED_FROM_MODEL, Agent, ChatMessage, ChatSession, MessageRole
 from chat.search.backends import Scope
 from chat.search.selectors import (
@@ -212,7 +212,7 @@ def excerpts_render(excerpts: list[Excerpt]) -> str:
     )
 
 
-def _recall_timed(*, source: str, **search: Any) -> list[Excerpt]:
+def _recall_run(*, source: str, **search: Any) -> list[Excerpt]:
     """`recall_search` under the recall deadline, logged. Raises what the search raises."""
     with search_deadline(RECALL_SECONDS):
         excerpts = recall_search(**search)
@@ -252,7 +252,7 @@ def _history_search(context: ToolContext, arguments: dict[str, Any]) -> str:
             "already in your context."
         )
     try:
-        excerpts = _recall_timed(
+        excerpts = _recall_run(
             source="tool",
             session_id=context.session_id,
             owner_id=context.user_id,
@@ -360,7 +360,7 @@ def recall_cap(*, session: ChatSession) -> int:
     turns out of the payload, nor a prompt past a small model's window."""
     cfg = context_config_for(session=session)
     cap = min(settings.CHAT_CONTEXT_RECALL_MAX_RUNES, cfg.effective_hard_limit_runes // 10)
-    window = cfg.window_tokens or window_learned(model=session_model(session=session))
+    window = cfg.window_tokens or window_learned_get(model=session_model(session=session))
     if window:
         cap = min(cap, window // 20)
     return cap
@@ -368,7 +368,7 @@ def recall_cap(*, session: ChatSession) -> int:
 
 def _recall_text(*, session: ChatSession, anchor: int, query: str, cap: int) -> str:
     try:
-        excerpts = _recall_timed(
+        excerpts = _recall_run(
             source="auto",
             session_id=session.pk,
             owner_id=session.owner_id,

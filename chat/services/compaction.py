@@ -8,8 +8,8 @@ from typing import Any
 from chat.context import (
     CompactionResult,
     Trigger,
-    context_budget_for,
-    context_budget_read,
+    context_budget_from_db,
+    context_budget_from_row,
     context_compact,
 )
 from chat.errors import CompactionFailed, CompactionInProgress, NotFound
@@ -43,7 +43,7 @@ def compaction_event_end(
 
 def _budget_now(session_id: int) -> dict[str, Any] | None:
     try:
-        return context_budget_read(session_id=session_id)
+        return context_budget_from_db(session_id=session_id)
     except ChatSession.DoesNotExist:
         return None  # deleted meanwhile: nobody is left to show it to
 
@@ -98,5 +98,5 @@ def compaction_report(*, session_id: int, result: CompactionResult) -> dict[str,
         "llm_calls": result.llm_calls,
         "context_summary": session.context_summary,
         "verbatim_since_message_id": session.verbatim_since_message_id,
-        "context_budget": context_budget_for(session=session),
+        "context_budget": context_budget_from_row(session=session),
     }

@@ -95,7 +95,7 @@ def sockets_close(*, user_id: int, login: str | None, reason: str) -> None:
     transaction.on_commit(close)
 
 
-def _revoked(
+def _sockets_close_on_revocation(
     sender: Any, user_id: int, reason: str, session_key: str | None = None, **kwargs: Any
 ) -> None:
     login = session_key if reason == "logout" else None
@@ -105,4 +105,4 @@ def _revoked(
 
 
 def connect_signals() -> None:
-    credentials_revoked.connect(_revoked, dispatch_uid="chat_sockets_revoked")
+    credentials_revoked.connect(_sockets_close_on_revocation, dispatch_uid="chat_sockets_revoked")

@@ -15,8 +15,8 @@ from chat.context import (
     ContextState,
     Payload,
     Trigger,
-    context_budget_of,
-    context_budget_read,
+    context_budget_from_db,
+    context_budget_from_state,
     context_compaction_decide,
     context_state_after_reply,
 )
@@ -88,7 +88,7 @@ def reply_result_complete(
     after = context_state_after_reply(
         state=state, message=written.message, unchanged=written.context_unchanged and same_row
     )
-    budget = context_budget_of(state=after)
+    budget = context_budget_from_state(state=after)
     return ReplyResult(message=written.message, context_budget=budget), after
 
 
@@ -99,14 +99,14 @@ def reply_result_failed(
     written = reply_finish(
         message=reply, session=turn.session, content=content, status=status, metadata=metadata
     )
-    budget = context_budget_read(session_id=turn.session.pk)
+    budget = context_budget_from_db(session_id=turn.session.pk)
     return ReplyResult(message=written.message, context_budget=budget)
 
 
 def reply_result_cancelled(*, turn: Turn, reply: ChatMessage) -> ReplyResult:
     message = reply_cancel_store(reply=reply, session=turn.session)
     return ReplyResult(
-        message=message, context_budget=context_budget_read(session_id=message.session_id)
+        message=message, context_budget=context_budget_from_db(session_id=message.session_id)
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from chat.context import context_budget_read
+from chat.context import context_budget_from_db
 from chat.models import ChatMessage, MessageRole, MessageStatus
 from chat.shapes import Event, delta_event, done_event, error_event, message_payload
 from chat.turn.registry import Generation, generation_running
@@ -88,7 +88,7 @@ def _turn_rows(*, session_id: int, reply_id: int) -> tuple[ChatMessage | None, b
 def _done(message: ChatMessage) -> Event:
     return done_event(
         message=message_payload(message),
-        context_budget=context_budget_read(session_id=message.session_id),
+        context_budget=context_budget_from_db(session_id=message.session_id),
     )
 
 

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from chat.context import (
-    context_budget_of,
+    context_budget_from_state,
     context_compact,
     context_needs_compaction,
     context_state_fresh,
@@ -29,8 +29,8 @@ from chat.llm.base import (
 )
 from chat.llm.window import (
     window_from_error,
-    window_learn,
-    window_overflowed,
+    window_record_overflow,
+    window_record_stated,
 )
 from chat.models import ChatMessage, MessageStatus
 from chat.services.compaction import compaction_event_end
@@ -200,7 +200,7 @@ async def _compact_first(gen: Generation, *, turn: Turn, attempt: Attempt) -> No
         )
         attempt.rows_read += state.rows_read
     if announced:
-        gen.publish(compaction_event_end(result, budget=context_budget_of(state=state)))
+        gen.publish(compaction_event_end(result, budget=context_budget_from_state(state=state)))
     attempt.rebuild(state)
 
 
@@ -225,9 +225,9 @@ async def _overflow_recover(
     sent = "".join(str(m.get("content") or "") for m in attempt.payload.messages)
     stated = window_from_error(str(exc))
     learned = (
-        window_learn(model=model, tokens=stated)
+        window_record_stated(model=model, tokens=stated)
         if stated
-        else window_overflowed(model=model, text=sent)
+        else window_record_overflow(model=model, text=sent)
     )
     logger.warning(
         "chat_reply_context_overflow session=%s window_tokens=%d payload_runes=%d error=%s",
@@ -244,7 +244,7 @@ async def _overflow_recover(
     # The state too, not only the payload: the reply's final write and its budget go by what
     # the payload was built from.
     state = await in_worker(context_state_fresh)(session_id=session_id, query=query)
-    gen.publish(compaction_event_end(result, budget=context_budget_of(state=state)))
+    gen.publish(compaction_event_end(result, budget=context_budget_from_state(state=state)))
     attempt.rebuild(state)
     if attempt.payload is not None:
         return None

@@ -16,6 +16,7 @@ from chat.context import (
     context_compaction_decide,
     context_payload_build,
     context_state_read,
+    context_window_probe_start,
 )
 from chat.turn.rows import Prepared, Turn
 
@@ -30,6 +31,9 @@ def turn_prepare(turn: Turn) -> Prepared:
     # A hook that reported something (a fact remembered) may have changed what the prompt
     # shows: load it again then; else the one the send's checks loaded stands.
     prompt = None if events else turn.prompt
+    # The model server's own word on its window, asked once per model in the background: a
+    # read of the context must not start I/O of its own.
+    context_window_probe_start(session=turn.session)
     state = context_state_read(session=turn.session, query=turn.query, prompt=prompt)
     prepared = Prepared(
         events=events, state=state, compaction=context_compaction_decide(state=state)

@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 
-from chat.context import context_budget_read
+from chat.context import context_budget_from_db
 from chat.errors import NotFound, NotLastReply, ReplyInProgress
 from chat.events import deltas_merged
 from chat.models import ChatMessage, MessageRole, MessageStatus
@@ -145,7 +145,7 @@ class TurnRun:
             if event["type"] == "done":
                 done = event
         if done is None:
-            budget = await in_worker(context_budget_read)(session_id=self._session_id)
+            budget = await in_worker(context_budget_from_db)(session_id=self._session_id)
             return TurnResult(user_message=user, assistant_message=None, context_budget=budget)
         return TurnResult(
             user_message=user,
@@ -180,7 +180,7 @@ def _run_of(turn: Turn) -> TurnRun:
         run.own.append(message_event(message=partial))
         run.follows = (reply.pk, len(partial["content"]))
         return run
-    budget = context_budget_read(session_id=turn.session.pk)
+    budget = context_budget_from_db(session_id=turn.session.pk)
     run.own.append(done_event(message=message_payload(reply), context_budget=budget))
     return run
 

@@ -94,8 +94,8 @@ def test_a_marker_naming_another_agent_is_refused(runtime, agent):
 
 
 def test_the_memory_hook_survives_a_refused_folder(runtime, agent):
-    from agentmemory.hooks import memory_system_prompt
     from chat.models import ChatSession
+    from tests.helpers import memory_system_prompt
 
     session = ChatSession.objects.create(owner=agent.owner, agent=agent)
     (_folder(runtime, agent) / "memory").mkdir(parents=True)

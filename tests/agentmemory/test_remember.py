@@ -8,10 +8,10 @@ import pytest
 from django.utils import timezone
 
 from agentmemory import store
-from agentmemory.hooks import MEMORY_PROMPT_HEADING, memory_system_prompt
+from agentmemory.hooks import MEMORY_PROMPT_HEADING
 from agentmemory.remember import remember_request
 from tests.factories import AgentFactory, ChatSessionFactory
-from tests.helpers import send_streaming
+from tests.helpers import memory_system_prompt, send_streaming
 
 # (message, the fact stored). English and Chinese, the imperative and the request said as a
 # wish, with openers, politeness and punctuation varied.

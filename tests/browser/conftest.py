@@ -79,7 +79,7 @@ def live_app(
     env = dict(os.environ)
     # Every test logs in through the form from 127.0.0.1 as one user, and the server's counters
     # (its own memory on SQLite) are not reset between tests; tests/test_limits.py and
-    # tests/chat/test_limits_chat.py cover the limits.
+    # tests/chat/test_send_limits.py cover the limits.
     env.update(NO_LIMITS)
     env.update(
         DATABASE_URL=_database_url(),

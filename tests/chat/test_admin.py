@@ -70,7 +70,7 @@ def test_session_changelist_query_count_is_flat(admin_client, data, django_asser
 def test_admin_actions_recompact_and_reset(client, fake_llm, settings):
     from cadau.contextconfig import ContextConfig
     from chat.models import ChatSession, ContextSnapshot
-    from chat.workers import background_wait
+    from devtools.introspect import background_wait
     from tests.factories import ChatSessionFactory, UserFactory, make_conversation
 
     settings.CHAT_CONTEXT = ContextConfig(

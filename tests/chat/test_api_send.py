@@ -156,7 +156,7 @@ def test_with_background_compaction_no_send_waits_for_a_summary(
     """A session found past the threshold (12 turns) or even past the hard limit (40 turns,
     as an import leaves it: never summarised) is answered at once, from the payload as it is
     or trimmed to the hard limit, and compacted in the background meanwhile."""
-    from chat.workers import background_wait
+    from devtools.introspect import background_wait
 
     settings.CHAT_BACKGROUND_COMPACTION = True
     settings.CHAT_CONTEXT = ContextConfig(

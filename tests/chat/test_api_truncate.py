@@ -1,6 +1,6 @@
 import pytest
 
-from chat.context import context_budget_for
+from chat.context import context_budget_from_row
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
 from chat.services.sessions import message_truncate
 from tests.factories import (
@@ -93,7 +93,7 @@ def test_truncate_before_the_anchor_rewinds_to_the_right_snapshot(api, session):
     assert rewind.summary == early.summary
     assert rewind.summary_through_message_id == all_ids[3]
     assert rewind.context_version == 4
-    assert body["context_budget"] == context_budget_for(session=session)
+    assert body["context_budget"] == context_budget_from_row(session=session)
 
 
 def test_truncate_before_every_snapshot_empties_the_summary(api, session):

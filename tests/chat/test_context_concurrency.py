@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from cadau.contextconfig import ContextConfig
 from chat.models import ChatMessage, ContextSnapshot, MessageStatus, SnapshotOutcome
-from chat.workers import background_wait
+from devtools.introspect import background_wait
 from tests.factories import ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -96,7 +96,7 @@ def test_on_a_one_slot_server_the_background_summary_waits_for_the_reply(
     (LLM_SERVER_SLOTS=1) the summary goes after the reply, not beside it; otherwise at once."""
     from cadau.contextconfig import ContextConfig
     from chat.models import ContextSnapshot
-    from chat.workers import background_wait
+    from devtools.introspect import background_wait
 
     settings.CHAT_CONTEXT = ContextConfig(**SMALL)
     settings.LLM_SERVER_SLOTS = slots

@@ -18,11 +18,10 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from cadau.asgi import application
-from chat.llm.transport import loop_transports_close
 from chat.models import ChatMessage, ContextSnapshot, MessageRole, MessageStatus
 from chat.turn import service
 from tests.factories import ChatSessionFactory
-from tests.helpers import send_streaming
+from tests.helpers import loop_transports_close, send_streaming
 
 pytestmark = [pytest.mark.real_llm, pytest.mark.django_db(transaction=True)]
 

@@ -13,8 +13,8 @@ from django.db.models import F
 
 from chat.context import (
     TAIL_PAGE,
-    context_budget_of,
-    context_budget_read,
+    context_budget_from_db,
+    context_budget_from_state,
     context_state_after_reply,
     context_state_fresh,
 )
@@ -97,7 +97,7 @@ def test_finish_reads_nothing_back_when_the_context_did_not_move(
     fresh = context_state_fresh(session_id=session.pk)
     assert after.tail == fresh.tail and after.system_prompt == fresh.system_prompt
     assert after.tail[-1].content == "the answer"
-    assert budget == context_budget_read(session_id=session.pk)
+    assert budget == context_budget_from_db(session_id=session.pk)
     assert ChatSession.objects.get(pk=session.pk).last_activity_at == message.updated_at
     # Hooks and the compaction decision run on what the finish worked out: no query either.
     with django_assert_num_queries(0):
@@ -129,8 +129,8 @@ def test_finish_reads_the_context_fresh_when_it_moved_during_the_reply(
     with django_assert_num_queries(5 + _tidy()):
         result, after = _finish(turn, prepared.state)
     budget = result.context_budget
-    assert budget == context_budget_read(session_id=session.pk)
-    assert budget != context_budget_of(state=prepared.state)
+    assert budget == context_budget_from_db(session_id=session.pk)
+    assert budget != context_budget_from_state(state=prepared.state)
     assert ChatSession.objects.get(pk=session.pk).last_activity_at == result.message.updated_at
     assert after.tail[-1].content == "the answer"
 
@@ -143,7 +143,7 @@ def test_finish_of_a_later_tool_round_row_reads_the_context_fresh(
     turn, prepared = _prepared_turn(session)
     with django_assert_num_queries(4 + _tidy()):
         result, _ = _finish(turn, prepared.state, same_row=False)
-    assert result.context_budget == context_budget_read(session_id=session.pk)
+    assert result.context_budget == context_budget_from_db(session_id=session.pk)
 
 
 def test_the_context_after_a_reply_is_read_fresh_where_it_could_differ(

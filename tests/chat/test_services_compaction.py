@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from cadau.contextconfig import ContextConfig
 from chat import hooks
-from chat.context import context_budget_read
+from chat.context import context_budget_from_db
 from chat.models import ChatSession
 from chat.services import compaction
 from tests.factories import ChatSessionFactory, make_conversation
@@ -42,14 +42,14 @@ def session(settings) -> ChatSession:
 
 
 def test_a_committed_compaction_ends_with_the_budget_after_it(session, fake_llm, published):
-    before = context_budget_read(session_id=session.pk)
+    before = context_budget_from_db(session_id=session.pk)
     result = compaction.session_compact(session_id=session.pk, trigger="after_reply")
     assert result.outcome == "committed"
     start, end = published
     assert start == {"type": "compaction", "state": "started"}
     assert end["state"] == "done" and end["outcome"] == "committed"
     assert end["messages_rolled"] == result.messages_rolled > 0
-    assert end["context_budget"] == context_budget_read(session_id=session.pk)
+    assert end["context_budget"] == context_budget_from_db(session_id=session.pk)
     assert end["context_budget"]["used_runes"] < before["used_runes"]
 
 
@@ -60,7 +60,7 @@ def test_nothing_to_cut_is_reported_as_skipped(settings, fake_llm, published):
     compaction.session_compact(session_id=small.pk, trigger="manual", force=True)
     end = published[-1]
     assert (end["state"], end["outcome"], end["messages_rolled"]) == ("skipped", "skipped", 0)
-    assert end["context_budget"] == context_budget_read(session_id=small.pk)
+    assert end["context_budget"] == context_budget_from_db(session_id=small.pk)
     assert fake_llm.count() == 0
 
 

@@ -13,7 +13,7 @@ from chat.services.titles import (
     title_clean,
     title_from_words,
 )
-from chat.workers import background_wait
+from devtools.introspect import background_wait
 from tests.chat.wsclient import login_cookie, until, ws_open
 from tests.chat.wsclient import loop_left_clean as _loop_left_clean
 from tests.factories import ChatSessionFactory

@@ -11,13 +11,20 @@ from pathlib import Path
 import pytest
 
 from agentmemory import store
+from chat import tools
 from chat.models import ChatMessage, MessageRole, MessageStatus
-from chat.tools import Tool, tool_register, tool_unregister
+from chat.tools import Tool, tool_register
 from chat.turn.checkpoint import CHECKPOINT_PREFIX
 from tests.factories import AgentFactory, ChatSessionFactory
 from tests.helpers import send_streaming
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def tool_unregister(name: str) -> None:
+    """Take back a tool a test registered: the registry lives as long as the process."""
+    with tools._lock:
+        tools._registry.pop(name, None)
 
 
 @pytest.fixture(autouse=True)

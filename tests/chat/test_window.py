@@ -6,9 +6,15 @@ from __future__ import annotations
 import pytest
 
 from cadau.contextconfig import ContextConfig
-from chat.context import PayloadTooLarge, context_payload_build, context_state_fresh
+from chat.context import (
+    PayloadTooLarge,
+    context_payload_build,
+    context_state_fresh,
+    context_window_probe_start,
+)
 from chat.llm import window
 from chat.models import ChatMessage, MessageRole
+from devtools.introspect import tokens_factors
 from tests.factories import ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -18,7 +24,7 @@ def test_the_factors_are_averages_by_script_that_ignore_nonsense():
     english, chinese = "word " * 60, "汉字" * 25  # 100 tokens each by the default guess
     assert window.tokens_estimate(english, model="m") == 101
     assert window.tokens_learn(model="m", text=english, reported=50) == 0.5
-    assert window.tokens_factors(model="m") == {"other": 0.5}
+    assert tokens_factors(model="m") == {"other": 0.5}
     assert window.tokens_estimate(english, model="m") == int(100 * 0.5 * window.FACTOR_MARGIN) + 1
     # One reading moves the average part of the way.
     assert window.tokens_learn(model="m", text=english, reported=150) == pytest.approx(
@@ -27,14 +33,14 @@ def test_the_factors_are_averages_by_script_that_ignore_nonsense():
     # Chinese is learned apart: English's factor does not change what a character costs.
     assert window.tokens_estimate(chinese, model="m") == 101
     assert window.tokens_learn(model="m", text=chinese + "ab", reported=200) == pytest.approx(
-        (200 - 2 / 3 * window.tokens_factors(model="m")["other"]) / 100
+        (200 - 2 / 3 * tokens_factors(model="m")["other"]) / 100
     )
-    assert set(window.tokens_factors(model="m")) == {"other", "cjk"}
+    assert set(tokens_factors(model="m")) == {"other", "cjk"}
     # Readings no tokenizer gives (usage of some other request, a proxy's count) are ignored.
     assert window.tokens_learn(model="m", text=english, reported=1) is None
     assert window.tokens_learn(model="m", text=english, reported=10_000) is None
     assert window.tokens_learn(model="m", text="", reported=10) is None
-    assert window.tokens_factors(model="other") == {}  # per model
+    assert tokens_factors(model="other") == {}  # per model
 
 
 def _send(api, session, content):
@@ -55,7 +61,7 @@ def test_a_reply_teaches_the_estimate_and_the_limit_follows(api, owner, fake_llm
     sent = "".join(m["content"] for m in fake_llm.calls[-1].body["messages"])
     reading = usage["prompt_tokens"] / (len(sent) / 3)
     assert 0.6 < reading < 0.9  # 3/4
-    assert window.tokens_factors(model="fake-chat")["other"] == pytest.approx(reading, rel=0.01)
+    assert tokens_factors(model="fake-chat")["other"] == pytest.approx(reading, rel=0.01)
     second = _send(api, session, "another English question about the sea")
     grown = second["context_budget"]["limit_runes"] / first["context_budget"]["limit_runes"]
     assert grown == pytest.approx(1 / (reading * window.FACTOR_MARGIN), rel=0.05)
@@ -65,7 +71,7 @@ def test_without_a_window_nothing_is_estimated(api, owner, fake_llm):
     session = ChatSessionFactory(owner=owner)
     body = _send(api, session, "hello")
     assert "binding" not in body["context_budget"]
-    assert window.tokens_factors(model="fake-chat") == {}
+    assert tokens_factors(model="fake-chat") == {}
 
 
 @pytest.mark.parametrize(
@@ -94,15 +100,39 @@ def test_a_window_the_server_states_is_used_before_any_refusal(api, owner, fake_
     session = ChatSessionFactory(owner=owner)
     _send(api, session, "hi")  # small enough to fit; asks for the window meanwhile
     deadline = time.monotonic() + 5
-    while window.window_learned(model="fake-chat") is None and time.monotonic() < deadline:
+    while window.window_learned_get(model="fake-chat") is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert window.window_learned(model="fake-chat") == 700
+    assert window.window_learned_get(model="fake-chat") == 700
     make_conversation(session, turns=12, words=40)
     before = fake_llm.count("chat")
     body = _send(api, session, "a question after a long conversation")
     assert body["assistant_message"]["status"] == "complete"
     assert body["context_budget"]["binding"] == "window"
     assert fake_llm.count("chat") == before + 1  # fitted at once: no refusal, no retry
+
+
+def test_the_window_probe_is_started_by_its_caller_not_by_a_read(owner, fake_llm, monkeypatch):
+    """Asking the server is network I/O: a read of the context never starts it, the send does
+    (context_window_probe_start), and not for a window the configuration gives."""
+    from chat.context import state
+
+    asked: list[str] = []
+    monkeypatch.setattr(state, "window_probe_start", lambda *, model, fetch: asked.append(model))
+    session = ChatSessionFactory(owner=owner)
+    context_state_fresh(session_id=session.pk)
+    assert asked == []
+    context_window_probe_start(session=session)
+    assert asked == ["fake-chat"]
+
+
+def test_a_configured_window_is_not_asked_for(owner, fake_llm, settings, monkeypatch):
+    from chat.context import state
+
+    asked: list[str] = []
+    monkeypatch.setattr(state, "window_probe_start", lambda *, model, fetch: asked.append(model))
+    settings.CHAT_CONTEXT = ContextConfig(input_budget_runes=48_000, window_tokens=2000)
+    context_window_probe_start(session=ChatSessionFactory(owner=owner))
+    assert asked == []
 
 
 def test_a_server_without_a_models_route_changes_nothing(api, owner, fake_llm, monkeypatch):
@@ -120,14 +150,14 @@ def test_a_window_implied_by_an_overflow_follows_what_is_learned_later():
     """A refusal without a figure: the window is under that prompt. Met before the tokenizer is
     known, our guess overstates English tokens; once a factor is learned the window follows."""
     english = "word " * 600  # 1000 tokens by the default guess
-    window.window_overflowed(model="m", text=english)
-    first = window.window_learned(model="m")
+    window.window_record_overflow(model="m", text=english)
+    first = window.window_learned_get(model="m")
     assert first is not None and 790 <= first <= 801
     window.tokens_learn(model="m", text=english, reported=500)  # the tokenizer: half our guess
-    assert window.window_learned(model="m") == int(1000 * 0.5 * window.FACTOR_MARGIN * 0.8)
+    assert window.window_learned_get(model="m") == int(1000 * 0.5 * window.FACTOR_MARGIN * 0.8)
     # A stated window still wins when it is smaller.
-    window.window_learn(model="m", tokens=300)
-    assert window.window_learned(model="m") == 300
+    window.window_record_stated(model="m", tokens=300)
+    assert window.window_learned_get(model="m") == 300
 
 
 def test_a_turn_in_a_cheaper_script_fits_where_the_average_says_it_does_not(owner, settings):

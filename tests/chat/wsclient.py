@@ -17,9 +17,9 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from cadau.asgi import application
-from chat.llm.transport import loop_transports_close
 from chat.services import sockets
 from chat.turn import service
+from tests.helpers import loop_transports_close
 
 ORIGIN = b"http://localhost"
 TIMEOUT = 5.0

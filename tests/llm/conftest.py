@@ -13,7 +13,8 @@ import pytest
 from chat.llm import get_provider
 from chat.llm.base import Completion, LLMProvider, StreamEvent
 from chat.llm.openai_compat import OpenAICompatProvider
-from chat.llm.transport import loop_transports_close, mark_loop_long_lived
+from chat.llm.transport import mark_loop_long_lived
+from tests.helpers import loop_transports_close
 
 USER_HI = [{"role": "user", "content": "one two three four five six"}]
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 from cadau.contextconfig import ContextConfig
 from chat import events
-from chat.context import context_budget_read
+from chat.context import context_budget_from_db
 from chat.models import ChatSession, MessageRole, MessageStatus
 from tests.chat.consumers.helpers import (
     TIMEOUT,
@@ -46,7 +46,7 @@ async def test_send_streams_message_deltas_and_done_with_budget(session, owner_c
     assert done["message"]["status"] == "complete"
     assert done["message"]["content"] == "one two three"
     # Worked out without reading back (chat/services/reply.py, _finish): as a fresh read.
-    assert done["context_budget"] == await database_sync_to_async(context_budget_read)(
+    assert done["context_budget"] == await database_sync_to_async(context_budget_from_db)(
         session_id=session.pk
     )
     assert done["context_budget"]["used_runes"] > 0
