@@ -10,12 +10,13 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from chat.context import context_budget_from_row, context_reset, with_context_runes
 from chat.errors import ChatError, InvalidInput, SearchTimeout
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
 from chat.search.selectors import message_ids_search_admin
+from chat.selectors import session_budget, sessions_with_budget
 from chat.services.agents import agent_config_validate
 from chat.services.compaction import session_compact
+from chat.services.sessions import session_context_reset
 from chat.workers import background_submit
 
 _SNAPSHOT_FIELDS = ContextSnapshot.INSPECTION_FIELDS
@@ -134,21 +135,21 @@ class ChatSessionAdmin(admin.ModelAdmin):
     def reset_summary(self, request: HttpRequest, queryset: QuerySet[ChatSession]) -> None:
         count = 0
         for session in queryset:
-            context_reset(session=session, by=str(request.user))
+            session_context_reset(session=session, by=str(request.user))
             count += 1
         self.message_user(request, f"Summary reset for {count} session(s).")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ChatSession]:
         # The budget column comes from the same annotation the API list uses: one query.
-        return with_context_runes(super().get_queryset(request))
+        return sessions_with_budget(super().get_queryset(request))
 
     @admin.display(description="budget %")
     def budget_pct(self, obj: ChatSession) -> float:
-        return float(context_budget_from_row(session=obj)["used_pct"])
+        return float(session_budget(session=obj)["used_pct"])
 
     @admin.display(description="context budget")
     def context_budget(self, obj: ChatSession) -> str:
-        budget = context_budget_from_row(session=obj)
+        budget = session_budget(session=obj)
         return f"{budget['used_runes']} / {budget['limit_runes']} runes ({budget['used_pct']}%)"
 
 

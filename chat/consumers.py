@@ -136,6 +136,28 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     group: str
 
     async def connect(self) -> None:
+        self._state_init()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        try:
+            session = await in_worker(session_for_user)(
+                user=user, session_id=self.scope["url_route"]["kwargs"]["session_id"]
+            )
+        except NotFound:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        session_key = getattr(self.scope.get("session"), "session_key", None) or ""
+        if not await self._register(user_id=user.pk, session_key=session_key):
+            return
+        self.session_id = session.pk
+        await self._subscribe(user_id=user.pk, session_key=session_key)
+        await self.accept()
+        self._open = True
+        await self._resume()
+
+    def _state_init(self) -> None:
         self.group = ""
         # Session events (a frame per streamed token) go to the server's own ASGI send when
         # cadau/asgi.py passed it on, else to ours: send_json -> send -> AsyncConsumer.send ->
@@ -158,53 +180,50 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self._revoked = False
         # Frames in the current minute, against WS_MAX_FRAMES_PER_MINUTE.
         self._frames = (0, 0)
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        try:
-            session = await in_worker(session_for_user)(
-                user=user, session_id=self.scope["url_route"]["kwargs"]["session_id"]
-            )
-        except NotFound:
-            await self.close(code=CLOSE_NOT_FOUND)
-            return
-        session_key = getattr(self.scope.get("session"), "session_key", None) or ""
+
+    async def _register(self, *, user_id: int, session_key: str) -> bool:
+        """Count the socket against CHAT_MAX_SOCKETS_PER_USER; past it the client is told why
+        and the socket closed (False)."""
         self._handle = SocketHandle(
-            user_id=user.pk,
+            user_id=user_id,
             login=session_key,
             loop=asyncio.get_running_loop(),
             close=self._revoke,
         )
-        if not socket_register(self._handle, cap=settings.CHAT_MAX_SOCKETS_PER_USER):
-            self._handle = None
-            await self.accept()
-            await self.send_json(
-                error_event(
-                    code="too_many_sockets",
-                    message="You have as many sockets open as this server allows.",
-                    retry_after=SOCKET_RETRY_SECONDS,
-                )
+        if socket_register(self._handle, cap=settings.CHAT_MAX_SOCKETS_PER_USER):
+            return True
+        self._handle = None
+        await self.accept()
+        await self.send_json(
+            error_event(
+                code="too_many_sockets",
+                message="You have as many sockets open as this server allows.",
+                retry_after=SOCKET_RETRY_SECONDS,
             )
-            await self.close(code=CLOSE_TOO_MANY)
-            return
-        self.session_id = session.pk
-        self.group = session_group(session.pk)
-        # Subscribe before reading the live reply, so no delta falls between the two; what
-        # arrives meanwhile waits in the outbox (local) or the channel (other processes) until
-        # this handler returns.
-        self._local = LocalSocket(session_id=session.pk)
+        )
+        await self.close(code=CLOSE_TOO_MANY)
+        return False
+
+    async def _subscribe(self, *, user_id: int, session_key: str) -> None:
+        """Join the session's events, before the live reply is read (`_resume`), so no delta
+        falls between the two; what arrives meanwhile waits in the outbox (local) or the
+        channel (other processes) until the connect handler returns."""
+        self.group = session_group(self.session_id)
+        self._local = LocalSocket(session_id=self.session_id)
         local_socket_add(self._local)
         await self.channel_layer.group_add(self.group, self.channel_name)
         if layer_is_shared(self.channel_layer):
             # Control messages, and revocations sent from other processes.
-            self._control_groups = [control_group(session.pk), user_group(user.pk)]
+            self._control_groups = [control_group(self.session_id), user_group(user_id)]
             if session_key:
                 self._control_groups.append(login_group(session_key))
             for group in self._control_groups:
                 await self.channel_layer.group_add(group, self.channel_name)
-        await self.accept()
-        self._open = True
+
+    async def _resume(self) -> None:
+        """The reply being generated as the socket connects, as a `message` with its partial
+        text; then this process's events, in order after it."""
+        assert self._local is not None
         resume = await reply_resume(session_id=self.session_id)
         if resume is not None and self._local.holds_message(
             resume["message"]["id"], (resume["message"].get("metadata") or {}).get("reply_to", 0)

@@ -9,10 +9,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Substr
 
+from cadau.contextconfig import ContextConfig
+from chat.context import context_budget_from_row, context_config_for
 from chat.context.budget import with_context_runes
+from chat.context.heading import summary_prefix
 from chat.cursors import (
     decode_message_cursor,
     decode_session_list_cursor,
@@ -20,6 +24,7 @@ from chat.cursors import (
     encode_session_list_cursor,
 )
 from chat.errors import NotFound
+from chat.llm import provider_info
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot, MessageRole
 from chat.queries import message_exists, message_rows
 
@@ -311,3 +316,36 @@ def session_message_batch(
 def session_last_message_id(*, session_id: int) -> int:
     last = message_rows(ChatMessage.objects.filter(session_id=session_id), order="-id", limit=1)
     return next((m.pk for m in last.only("id")), 0)
+
+
+# --- what the adapters show of the context engine and the model ------------------------------
+# The adapters (REST, pages, admin) read these here, never from chat.context or chat.llm: the
+# import-linter contract "adapters reach the engine through selectors and services" says so.
+
+
+def session_budget(*, session: ChatSession) -> dict[str, Any]:
+    """The session's `context_budget`, from the row (annotated by sessions_with_budget on a
+    list, read from its context otherwise)."""
+    return context_budget_from_row(session=session)
+
+
+def sessions_with_budget(sessions: QuerySet[ChatSession]) -> QuerySet[ChatSession]:
+    """A session list annotated for session_budget: one query however many rows."""
+    return with_context_runes(sessions)
+
+
+def session_summary_heading(*, session: ChatSession) -> str:
+    """The heading the summary is sent under, in the summary's language."""
+    return summary_prefix(summary=session.context_summary)
+
+
+def session_context_config(*, session: ChatSession | None) -> ContextConfig:
+    """The context settings in force for the session (an agent may set its own), or the
+    server's where no session is open."""
+    return context_config_for(session=session) if session is not None else settings.CHAT_CONTEXT
+
+
+def model_provider() -> dict[str, Any]:
+    """Which model answers: its provider's name, model, whether it is the offline one, and its
+    base URL (staff only, the adapter decides)."""
+    return dict(provider_info())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -72,3 +73,22 @@ def test_the_import_contracts_hold():
     lint = Path(sys.executable).parent / "lint-imports"
     run = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_contracts_say_what_the_architecture_promises():
+    """The contracts themselves, so that weakening one is a visible change: the adapters may
+    not import the context engine, the model client or the raw queries, and search is a layer
+    of its own between the selectors and the context engine."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contracts = config["contracts"]
+    layers = next(c for c in contracts if c["type"] == "layers")["layers"]
+    assert layers.index("chat.selectors") < layers.index("chat.search") < layers.index(
+        "chat.context"
+    )
+    adapters = next(
+        c for c in contracts if c["type"] == "forbidden" and "chat.api" in c["source_modules"]
+    )
+    assert {"chat.api", "chat.web", "chat.consumers", "chat.admin"} <= set(
+        adapters["source_modules"]
+    )
+    assert set(adapters["forbidden_modules"]) == {"chat.context", "chat.llm", "chat.queries"}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -17,17 +16,6 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 80
 MODULE_SUFFIXES = (".py", ".js", ".css")
 PRODUCT_PACKAGES = ("chat", "agentmemory", "cadau", "devtools", "bench")
-
-# Functions still past the limit while the send path is rewritten; each entry is a debt, and
-# test_the_allow_list_names_only_functions_still_past_the_limit fails once it is paid, so the
-# entry goes with it. Add nothing here: split the function.
-ALLOWED_LONG_FUNCTIONS: frozenset[str] = frozenset(
-    {
-        "chat/turn/generate.py::_generate",
-        "chat/turn/toolloop.py::agent_tool_loop_run",
-        "chat/consumers.py::connect",
-    }
-)
 
 
 def _tracked(*suffixes: str) -> list[str]:
@@ -95,34 +83,8 @@ def test_no_module_is_past_500_lines():
 
 
 def test_no_product_function_is_past_80_lines():
-    too_long = {
-        key: found for key, found in _long_functions().items() if key not in ALLOWED_LONG_FUNCTIONS
-    }
+    too_long = _long_functions()
     assert not too_long, "\n".join(
         f"{name}: {lines} lines (limit {MAX_FUNCTION_LINES}): split it into named helpers"
         for name, lines in too_long.values()
     )
-
-
-def test_the_allow_list_names_only_functions_still_past_the_limit():
-    paid = sorted(ALLOWED_LONG_FUNCTIONS - set(_long_functions()))
-    assert not paid, f"within {MAX_FUNCTION_LINES} lines now (or gone): remove {paid} from the list"
-
-
-def test_nested_functions_and_methods_are_measured_too():
-    source = textwrap.dedent(
-        """
-        class C:
-            async def method(self):
-                pass
-        def outer():
-            def inner():
-                pass
-            return inner
-        """
-    )
-    measured = {
-        name: node.end_lineno - node.lineno + 1
-        for name, node in _functions(ast.parse(source), prefix="")
-    }
-    assert measured == {"C.method": 2, "outer": 4, "outer.inner": 2}

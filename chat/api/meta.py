@@ -9,11 +9,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from chat.llm import provider_info
+from chat.selectors import model_provider
 
 
 def _provider(request: Request) -> dict[str, object]:
-    info = provider_info()
+    info = model_provider()
     if not request.user.is_staff:
         # Where the model server lives is the operator's business, not every user's.
         info.pop("base_url", None)

@@ -10,8 +10,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from chat.context import context_budget_from_row
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
+from chat.selectors import session_budget
 from chat.shapes import message_payload
 
 MAX_DB_ID = 2**63 - 1
@@ -53,7 +53,7 @@ class SessionSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(ContextBudgetSerializer)
     def get_context_budget(self, obj: ChatSession) -> dict[str, Any]:
-        return context_budget_from_row(session=obj)
+        return session_budget(session=obj)
 
 
 class MessageSerializer(serializers.ModelSerializer):

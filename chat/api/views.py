@@ -23,15 +23,15 @@ from chat.api import serializers as s
 from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
 from chat.api.throttles import LOGIN_THROTTLES, per_user
-from chat.context import context_budget_from_row
-from chat.context.heading import summary_prefix
 from chat.rendering import render_markdown
 from chat.selectors import (
     history_page,
+    session_budget,
     session_for_user,
     session_list,
     session_snapshots,
     session_snapshots_page,
+    session_summary_heading,
     turns_page,
 )
 from chat.services.sessions import session_create, session_delete, session_update
@@ -192,7 +192,7 @@ class TruncateView(APIView):
                 "deleted": result.deleted,
                 "summary_rewound": result.summary_rewound,
                 "cancelled_reply_id": truncated.cancelled_reply_id,
-                "context_budget": context_budget_from_row(session=result.session),
+                "context_budget": session_budget(session=result.session),
             }
         )
 
@@ -212,7 +212,7 @@ class SessionContextView(APIView):
             {
                 "context_summary": session.context_summary,
                 "verbatim_since_message_id": session.verbatim_since_message_id,
-                "context_budget": context_budget_from_row(session=session),
+                "context_budget": session_budget(session=session),
                 "snapshots": s.SnapshotSerializer(
                     snapshots, many=True, context={"staff": request.user.is_staff}
                 ).data,
@@ -242,7 +242,7 @@ class SessionSnapshotsView(APIView):
             {
                 "summary": {
                     "text": session.context_summary,
-                    "heading": summary_prefix(summary=session.context_summary),
+                    "heading": session_summary_heading(session=session),
                     "verbatim_since_message_id": session.verbatim_since_message_id,
                 },
                 "snapshots": s.SnapshotSerializer(

@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
+from chat.context import context_reset
 from chat.errors import NotFound, ReplyInProgress
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
 from chat.selectors import agent_for_user
@@ -136,3 +137,9 @@ def _rewind_summary(*, session: ChatSession, cut: int) -> None:
         runes_before=len(before),
         runes_after=len(summary),
     )
+
+
+def session_context_reset(*, session: ChatSession, by: str = "") -> None:
+    """An operator clears the session's summary: every message is sent verbatim again (and
+    compacted anew when due). Recorded as a `reset` snapshot."""
+    context_reset(session=session, by=by)

@@ -173,56 +173,85 @@ async def agent_tool_loop_run(
             message_id=state.reply.pk, content=text, tool_calls=calls
         )
         publish(tool_call_event(message=message_payload(row)))
-        round_messages: list[Message] = [
-            {"role": "assistant", "content": text, "tool_calls": calls}
-        ]
-        answered: set[str] = set()
-        try:
-            for call in calls:
-                started = time.monotonic()
-                result, is_error = await in_worker(tool_run)(
-                    tool_call=call, context=context, enabled=enabled
-                )
-                tool_row = await in_worker(tool_message_create)(
-                    session_id=session.pk,
-                    role=MessageRole.TOOL,
-                    content=result,
-                    tool_call_id=call["id"],
-                )
-                answered.add(call["id"])
-                logger.info(
-                    "chat_agent_tool_call session=%s round=%d tool=%s error=%s result_runes=%d "
-                    "duration_ms=%d",
-                    session.pk,
-                    state.tool_rounds,
-                    call["function"]["name"],
-                    is_error,
-                    len(result),
-                    int((time.monotonic() - started) * 1000),
-                )
-                publish(
-                    tool_result_event(
-                        message=message_payload(tool_row),
-                        tool=call["function"]["name"],
-                        is_error=is_error,
-                    )
-                )
-                round_messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "content": result}
-                )
-            _done, new = await in_worker(reply_round_next)(
-                message_id=state.reply.pk,
-                session_id=session.pk,
-                reply_to=user_message_id,
-                tool_round=state.tool_rounds,
-            )
-        except asyncio.CancelledError:
-            missing = [c["id"] for c in calls if c["id"] not in answered]
-            await asyncio.shield(
-                in_worker(reply_round_cancel)(
-                    message_id=state.reply.pk, session_id=session.pk, missing_call_ids=missing
-                )
-            )
-            raise
+        round_messages, new = await _tools_answer(
+            session=session,
+            user_message_id=user_message_id,
+            state=state,
+            text=text,
+            calls=calls,
+            run=_ToolRun(context=context, enabled=enabled, publish=publish),
+        )
         window.rounds.append(round_messages)
         state.reply = new
+
+
+@dataclass(slots=True, frozen=True)
+class _ToolRun:
+    context: ToolContext
+    enabled: dict[str, Tool]
+    publish: Publish
+
+
+async def _tools_answer(
+    *,
+    session: ChatSession,
+    user_message_id: int | None,
+    state: RoundsState,
+    text: str,
+    calls: list[dict[str, Any]],
+    run: _ToolRun,
+) -> tuple[list[Message], ChatMessage]:
+    """Run one round's tool calls, storing and publishing each result, then complete the
+    tool-call row and open the next round's. Returns the round's messages for the next call,
+    and the new reply row. Cancelled midway, every unanswered call gets a result and the row
+    is marked cancelled (a provider rejects a call without one in later payloads)."""
+    round_messages: list[Message] = [{"role": "assistant", "content": text, "tool_calls": calls}]
+    answered: set[str] = set()
+    try:
+        for call in calls:
+            result = await _tool_answer(session=session, state=state, call=call, run=run)
+            answered.add(call["id"])
+            round_messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+        _done, new = await in_worker(reply_round_next)(
+            message_id=state.reply.pk,
+            session_id=session.pk,
+            reply_to=user_message_id,
+            tool_round=state.tool_rounds,
+        )
+    except asyncio.CancelledError:
+        missing = [c["id"] for c in calls if c["id"] not in answered]
+        await asyncio.shield(
+            in_worker(reply_round_cancel)(
+                message_id=state.reply.pk, session_id=session.pk, missing_call_ids=missing
+            )
+        )
+        raise
+    return round_messages, new
+
+
+async def _tool_answer(
+    *, session: ChatSession, state: RoundsState, call: dict[str, Any], run: _ToolRun
+) -> str:
+    """One tool call: run it, store its `tool` row, publish it; its result text."""
+    started = time.monotonic()
+    result, is_error = await in_worker(tool_run)(
+        tool_call=call, context=run.context, enabled=run.enabled
+    )
+    tool_row = await in_worker(tool_message_create)(
+        session_id=session.pk, role=MessageRole.TOOL, content=result, tool_call_id=call["id"]
+    )
+    logger.info(
+        "chat_agent_tool_call session=%s round=%d tool=%s error=%s result_runes=%d duration_ms=%d",
+        session.pk,
+        state.tool_rounds,
+        call["function"]["name"],
+        is_error,
+        len(result),
+        int((time.monotonic() - started) * 1000),
+    )
+    run.publish(
+        tool_result_event(
+            message=message_payload(tool_row), tool=call["function"]["name"], is_error=is_error
+        )
+    )
+    return result

@@ -14,10 +14,14 @@ from django.urls import Resolver404, resolve
 from django.views.decorators.http import require_GET
 
 from chat.api.serializers import SessionSerializer
-from chat.context import context_config_for
-from chat.llm import provider_info
 from chat.models import ChatSession
-from chat.selectors import agent_for_user, session_for_user, session_list
+from chat.selectors import (
+    agent_for_user,
+    model_provider,
+    session_context_config,
+    session_for_user,
+    session_list,
+)
 from chat.tools import tools_registered
 from chat.web.strings import js_strings
 
@@ -37,10 +41,10 @@ def _route_exists(path: str) -> bool:
 
 
 def _page_config(*, request: HttpRequest, session: ChatSession | None) -> dict[str, Any]:
-    provider = provider_info()
+    provider = model_provider()
     # The usage ring colours against the threshold that compacts this session (an agent may
     # set its own); the global one where no session is open.
-    cfg = context_config_for(session=session) if session is not None else settings.CHAT_CONTEXT
+    cfg = session_context_config(session=session)
     return {
         "session": SessionSerializer(session).data if session is not None else None,
         "context_threshold_pct": cfg.threshold_pct,
