@@ -82,8 +82,8 @@ def test_the_contracts_say_what_the_architecture_promises():
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     contracts = config["contracts"]
     layers = next(c for c in contracts if c["type"] == "layers")["layers"]
-    assert layers.index("chat.selectors") < layers.index("chat.search") < layers.index(
-        "chat.context"
+    assert (
+        layers.index("chat.selectors") < layers.index("chat.search") < layers.index("chat.context")
     )
     adapters = next(
         c for c in contracts if c["type"] == "forbidden" and "chat.api" in c["source_modules"]
