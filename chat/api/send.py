@@ -111,7 +111,7 @@ def _connection_handed_back() -> None:
     close_old_connections()
 
 
-def _deferred(
+def _defer(
     request: HttpRequest, then: Callable[[], Awaitable[HttpResponseBase]]
 ) -> DeferredResponse:
     """What is left to do off the request's thread (a wait in the queue, a whole JSON reply),
@@ -123,13 +123,13 @@ def _deferred(
         try:
             return await then()
         except (ChatError, APIException) as exc:
-            response: HttpResponseBase = await in_worker(_error_rendered)(exc, request)
+            response: HttpResponseBase = await in_worker(_error_render)(exc, request)
             return response
 
     return DeferredResponse(run)
 
 
-def _rendered(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponseBase:
+def _render(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponseBase:
     """The response to a run: its events as server-sent events (the reply starts when the
     server first reads the body, right after this thread returns), or its whole result as
     JSON, awaited off the thread. A queued send waits for its turn first; a refusal then is
@@ -141,10 +141,10 @@ def _rendered(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpRespon
             await run.ready()
             return _event_stream(run) if stream else await _json_result(run)
 
-        return _deferred(request, after_queue)
+        return _defer(request, after_queue)
     if stream:
         return _event_stream(run)
-    return _deferred(request, lambda: _json_result(run))
+    return _defer(request, lambda: _json_result(run))
 
 
 class SendView(APIView):
@@ -160,10 +160,10 @@ class SendView(APIView):
             content=data.validated_data["content"],
             client_id=data.validated_data.get("client_id"),
         )
-        return _rendered(request, run, stream=_wants_stream(request))
+        return _render(request, run, stream=_wants_stream(request))
 
 
-def _error_rendered(exc: Exception, request: HttpRequest) -> HttpResponseBase:
+def _error_render(exc: Exception, request: HttpRequest) -> HttpResponseBase:
     response = exception_handler(exc, {"request": request})
     if response is None:
         raise exc
@@ -188,7 +188,7 @@ class RegenerateView(APIView):
             session_id=data.validated_data["session_id"],
             message_id=data.validated_data.get("message_id"),
         )
-        return _rendered(request, run, stream=_wants_stream(request))
+        return _render(request, run, stream=_wants_stream(request))
 
 
 class CompactView(APIView):
@@ -201,10 +201,10 @@ class CompactView(APIView):
         data.is_valid(raise_exception=True)
         instructions = data.validated_data.get("instructions", "")
         # A summarising model call: seconds, awaited off the HTTP threads (chat/workers.py).
-        return _deferred(request, lambda: _compacted(session.pk, instructions))
+        return _defer(request, lambda: _compact_now(session.pk, instructions))
 
 
-async def _compacted(session_id: int, instructions: str) -> HttpResponseBase:
+async def _compact_now(session_id: int, instructions: str) -> HttpResponseBase:
     result = await model_wait_run(
         session_compact_now, session_id=session_id, instructions=instructions
     )

@@ -36,7 +36,7 @@ async def reply_follow(*, session_id: int, reply_id: int, held: int) -> AsyncIte
         async for event in _follow_here(gen, reply_id=reply_id, held=held):
             yield event
         return
-    async for event in _follow_stored(session_id=session_id, reply_id=reply_id, held=held):
+    async for event in _follow_rows(session_id=session_id, reply_id=reply_id, held=held):
         yield event
 
 
@@ -92,7 +92,7 @@ def _done(message: ChatMessage) -> Event:
     )
 
 
-async def _follow_stored(*, session_id: int, reply_id: int, held: int) -> AsyncIterator[Event]:
+async def _follow_rows(*, session_id: int, reply_id: int, held: int) -> AsyncIterator[Event]:
     shown = {reply_id: held}
     while True:
         row, final = await in_worker(_turn_rows)(session_id=session_id, reply_id=reply_id)

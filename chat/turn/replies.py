@@ -61,7 +61,7 @@ def reply_busy_check(*, session: ChatSession) -> None:
     if any(row.updated_at >= fresh_since for row in own):
         raise _busy()
     for row in own:
-        _reply_interrupted(row)
+        _reply_mark_interrupted(row)
     elsewhere = sum(
         1 for row in rows if row.session_id != session.pk and row.updated_at >= fresh_since
     )
@@ -77,7 +77,7 @@ def _too_many(*, elsewhere: int, cap: int) -> TooManyReplies:
     )
 
 
-def _reply_interrupted(message: ChatMessage) -> None:
+def _reply_mark_interrupted(message: ChatMessage) -> None:
     message.status = MessageStatus.FAILED
     message.metadata = {**message.metadata, "error": "interrupted: the server stopped"}
     message.save(update_fields=["status", "metadata", "updated_at"])
@@ -225,7 +225,7 @@ def streaming_sweep(
         stale = stale.filter(session_id=session_id)
     count = 0
     for message in stale.only("id", "metadata"):
-        _reply_interrupted(message)
+        _reply_mark_interrupted(message)
         count += 1
     return count
 

@@ -85,7 +85,7 @@ _STAMP = (
 )
 
 
-def _stamped(*, session: ChatSession, now: Any) -> bool | None:
+def _stamp_and_lock(*, session: ChatSession, now: Any) -> bool | None:
     """Stamp the session list (two messages more, the last activity) with the UPDATE that takes
     the session's lock, and say in the same statement whether a reply of the owner is
     streaming: when none is, as on almost every send, reply_busy_check's read is
@@ -115,7 +115,7 @@ def turn_store(*, send: SendRequest, abandoned: Callable[[], bool] | None = None
         # The UPDATE that stamps the session list (the counter, the last activity) is what
         # takes the lock, as SELECT ... FOR UPDATE would: one statement fewer before the first
         # token (bench ttft). A send that stores nothing rolls it back.
-        streaming_seen = _stamped(session=locked, now=now)
+        streaming_seen = _stamp_and_lock(session=locked, now=now)
         if streaming_seen is None:
             raise NotFound()
         if client_id is not None:

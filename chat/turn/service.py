@@ -87,7 +87,7 @@ class TurnRun:
             if abandoned is not None and abandoned():
                 raise NotFound()
             # Checked again: memory may have changed, the session gone, while this send waited.
-            stored = await in_worker(_run_stored)(send=self.send, abandoned=abandoned)
+            stored = await in_worker(_run_store)(send=self.send, abandoned=abandoned)
             if stored is not None:
                 self._take(stored)
                 return
@@ -185,7 +185,7 @@ def _run_of(turn: Turn) -> TurnRun:
     return run
 
 
-def _run_stored(
+def _run_store(
     *, send: SendRequest, abandoned: Callable[[], bool] | None = None
 ) -> TurnRun | None:
     """Check and store the send's turn and prepare its reply, in one trip to the database.
@@ -206,7 +206,7 @@ def turn_send(*, user: Any, session_id: Any, content: Any, client_id: Any) -> Tu
     and ReplyInProgress when the send may not queue."""
     send_rate_check(user=user)
     send = SendRequest(user=user, session_id=session_id, content=content, client_id=client_id)
-    run = _run_stored(send=send)
+    run = _run_store(send=send)
     return run if run is not None else TurnRun(send=send)
 
 
