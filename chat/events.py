@@ -1,5 +1,5 @@
-"""Session events (SPEC's WebSocket contract) reach every socket of the session, in every process.
-Only services publish, and events that announce stored rows go out after the transaction
+"""Session events (docs/api.md; built by chat/shapes.py) reach every socket of the session, in
+every process. Only services publish, and events that announce stored rows go out after the transaction
 commits.
 
 Two paths, one per distance:
@@ -34,9 +34,9 @@ from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.db import transaction
 
-logger = logging.getLogger("chat.events")
+from chat.shapes import Event
 
-Event = dict[str, Any]
+logger = logging.getLogger("chat.events")
 
 # Who published a layer message: consumers skip their own process's (delivered locally).
 ORIGIN = uuid.uuid4().hex[:16]
