@@ -1,6 +1,6 @@
 """Session events (docs/api.md; built by chat/shapes.py) reach every socket of the session, in
-every process. Only services publish, and events that announce stored rows go out after the transaction
-commits.
+every process. Only services publish, and events that announce stored rows go out after the
+transaction commits.
 
 Two paths, one per distance:
 
