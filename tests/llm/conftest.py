@@ -1,7 +1,8 @@
-"""Helpers that run one scenario through each I/O path of a provider, so every behaviour is
-checked on all of them (they share a codec, not their I/O): `sync` (httpx.Client), `async`
+"""Helpers that run one streamed reply through each I/O path of `astream_chat`, so every
+stream behaviour is checked on both (they share a codec, not their transport): `async`
 (httpx.AsyncClient on a short-lived loop: httpx's own transport) and `aiohttp` (the same client
-on a loop marked as a server's: the aiohttp transport, chat/llm/transport.py)."""
+on a loop marked as a server's: the aiohttp transport, chat/llm/transport.py). `complete` has
+one path (httpx.Client), so its tests call it directly."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from chat.llm import get_provider
-from chat.llm.base import Completion, LLMProvider, StreamEvent
+from chat.llm.base import LLMProvider, StreamEvent
 from chat.llm.openai_compat import OpenAICompatProvider
 from chat.llm.transport import mark_loop_long_lived
 from tests.helpers import loop_transports_close
@@ -26,7 +27,7 @@ def provider(fake_llm) -> OpenAICompatProvider:
     return built
 
 
-@pytest.fixture(params=["sync", "async", "aiohttp"])
+@pytest.fixture(params=["async", "aiohttp"])
 def mode(request) -> str:
     return str(request.param)
 
@@ -47,23 +48,12 @@ def run(mode: str, coro: Any) -> Any:
     return asyncio.run(served())
 
 
-def complete(provider: LLMProvider, mode: str, **kwargs: Any) -> Completion:
-    if mode == "sync":
-        return provider.complete(**kwargs)
-    result: Completion = run(mode, provider.acomplete(**kwargs))
-    return result
-
-
 def stream(
     provider: LLMProvider, mode: str, *, seen: list[StreamEvent] | None = None, **kwargs: Any
 ) -> list[StreamEvent]:
     """All events of one streamed reply. `seen` collects events as they arrive, so a test can
     inspect what was yielded before an exception."""
     events = seen if seen is not None else []
-    if mode == "sync":
-        for event in provider.stream_chat(**kwargs):
-            events.append(event)
-        return events
 
     async def collect() -> None:
         async for event in provider.astream_chat(**kwargs):

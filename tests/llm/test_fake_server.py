@@ -22,7 +22,7 @@ from chat.llm.base import (
     StreamInterrupted,
 )
 from devtools.fakellm import GARBAGE_TEXT, FakeLLMServer, tokenize
-from tests.llm.conftest import USER_HI
+from tests.llm.conftest import USER_HI, stream
 
 SUMMARY = [
     {"role": "system", "content": f"{SUMMARY_MARKER} Compress."},
@@ -55,7 +55,7 @@ def test_token_rate_is_roughly_respected(fake_llm, provider):
     fake_llm.configure(token_ms=20)
     fake_llm.script("a b c d e f g h i j k")  # 11 tokens → 10 gaps of 20 ms
     started = time.monotonic()
-    events = list(provider.stream_chat(messages=USER_HI))
+    events = stream(provider, "async", messages=USER_HI)
     elapsed = time.monotonic() - started
     assert events[-1].text == "a b c d e f g h i j k"
     assert elapsed >= 0.8 * 10 * 0.020  # loose lower bound only: CI machines are slow, not fast
@@ -98,7 +98,7 @@ def test_tool_calls_are_streamed_in_openai_delta_format(fake_llm):
 def test_calls_are_counted_by_kind_with_their_bodies(fake_llm, provider):
     provider.complete(messages=USER_HI)
     provider.complete(messages=SUMMARY)
-    list(provider.stream_chat(messages=USER_HI))
+    stream(provider, "async", messages=USER_HI)
     assert (fake_llm.count(), fake_llm.count("chat"), fake_llm.count("summary")) == (3, 2, 1)
     kinds = [(c.index, c.kind, c.stream) for c in fake_llm.calls]
     assert kinds == [(1, "chat", False), (2, "summary", False), (3, "chat", True)]
@@ -251,7 +251,7 @@ def test_a_mid_stream_cut_consumes_the_script(fake_llm, provider):
     fake_llm.script("alpha beta gamma delta", "next")
     fake_llm.fail_next("cut", after_tokens=2)
     with pytest.raises(StreamInterrupted) as info:
-        list(provider.stream_chat(messages=USER_HI))
+        stream(provider, "async", messages=USER_HI)
     assert info.value.partial == "alpha beta "
     assert provider.complete(messages=USER_HI).text == "next"
 
@@ -297,7 +297,7 @@ def test_a_prompt_over_the_window_ends_the_stream_before_its_first_event(fake_ll
 def test_what_the_provider_makes_of_an_overflow_cut(fake_llm, provider):
     fake_llm.configure(context_window=100)
     with pytest.raises(EmptyStream, match="ended before the reply was complete"):
-        list(provider.stream_chat(messages=LONG))
+        stream(provider, "async", messages=LONG)
     # Retried like any short stream (it can also be a restart), then given up.
     assert fake_llm.count() == 3
     with pytest.raises(ContextLengthExceeded):
@@ -311,7 +311,7 @@ def test_what_the_provider_makes_of_an_overflow_cut(fake_llm, provider):
 def test_the_overflow_shape_is_configurable(fake_llm, provider, overflow, wording):
     fake_llm.configure(context_window=100, context_overflow=overflow)
     with pytest.raises(ContextLengthExceeded, match=wording):
-        list(provider.stream_chat(messages=LONG))
+        stream(provider, "async", messages=LONG)
     assert fake_llm.count() == 1
     fake_llm.configure(context_overflow="")  # reported, not enforced
     assert provider.complete(messages=LONG).text.startswith("Echo: word")
@@ -331,11 +331,11 @@ def test_an_error_object_inside_the_stream(fake_llm, provider):
     assert chunks[-1] == {"done": True}
     fake_llm.fail_next("stream_error", message="CUDA out of memory")
     with pytest.raises(LLMError, match="CUDA out of memory") as before:
-        list(provider.stream_chat(messages=USER_HI))
+        stream(provider, "async", messages=USER_HI)
     assert not isinstance(before.value, StreamInterrupted)
     fake_llm.fail_next("stream_error", after_tokens=2)
     with pytest.raises(StreamInterrupted, match="injected in-stream error") as after:
-        list(provider.stream_chat(messages=USER_HI))
+        stream(provider, "async", messages=USER_HI)
     assert after.value.partial == "Echo: one "
 
 
@@ -370,7 +370,7 @@ def test_reasoning_content_deltas_come_before_the_content(fake_llm, provider):
     # The provider keeps only the answer (what it should do with the reasoning: issue 13).
     fake_llm.fail_next("reasoning", target="chat", times=2)
     assert provider.complete(messages=USER_HI).text.startswith("Echo:")
-    assert list(provider.stream_chat(messages=USER_HI))[-1].text.startswith("Echo:")
+    assert stream(provider, "async", messages=USER_HI)[-1].text.startswith("Echo:")
 
 
 @pytest.mark.parametrize("how", ["fault", "server"])
@@ -380,14 +380,14 @@ def test_no_usage_at_all(fake_llm, provider, how):
     else:
         fake_llm.configure(usage=False)
     assert provider.complete(messages=USER_HI).usage is None
-    done = list(provider.stream_chat(messages=USER_HI))[-1]
+    done = stream(provider, "async", messages=USER_HI)[-1]
     assert done.usage is None and done.text.startswith("Echo:")
     assert "stream_options" in fake_llm.calls[-1].body  # asked for, not given
 
 
 def test_finish_reason_length_cuts_the_reply(fake_llm, provider):
     fake_llm.fail_next("length", after_tokens=2)
-    done = list(provider.stream_chat(messages=USER_HI))[-1]
+    done = stream(provider, "async", messages=USER_HI)[-1]
     assert (done.text, done.finish_reason) == ("Echo: one ", "length")
     fake_llm.fail_next("length")
     cut = provider.complete(messages=USER_HI, max_tokens=3)
@@ -437,12 +437,14 @@ def test_a_waiting_request_interrupts_the_running_stream(fake_llm, provider):
     """llama-cpp-python's default: the stream ends with [DONE] and no finish_reason, which the
     provider cannot tell from a complete reply but by that missing finish_reason."""
     fake_llm.fail_next("interrupted", after_tokens=2)
-    done = list(provider.stream_chat(messages=USER_HI))[-1]
+    done = stream(provider, "async", messages=USER_HI)[-1]
     assert (done.text, done.finish_reason) == ("Echo: one ", None)
 
     fake_llm.configure(slots=1, interrupt_requests=True, token_ms=50)
     first: list = []
-    thread = threading.Thread(target=lambda: first.extend(provider.stream_chat(messages=USER_HI)))
+    thread = threading.Thread(
+        target=lambda: stream(provider, "async", seen=first, messages=USER_HI)
+    )
     thread.start()
     deadline = time.monotonic() + 5
     while not fake_llm.calls or fake_llm.calls[-1].started_at is None:

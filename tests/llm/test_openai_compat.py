@@ -15,7 +15,7 @@ from chat.llm.base import (
     LLMError,
 )
 from chat.llm.codec import _Codec
-from tests.llm.conftest import USER_HI, complete, stream
+from tests.llm.conftest import USER_HI, stream
 
 SUMMARY_PROMPT = [
     {"role": "system", "content": f"{SUMMARY_MARKER} Summarise the conversation."},
@@ -23,9 +23,9 @@ SUMMARY_PROMPT = [
 ]
 
 
-def test_complete_returns_text_usage_and_model(provider, fake_llm, mode):
+def test_complete_returns_text_usage_and_model(provider, fake_llm):
     fake_llm.script("Hello there, general.")
-    result = complete(provider, mode, messages=USER_HI, max_tokens=50, temperature=0.2)
+    result = provider.complete(messages=USER_HI, max_tokens=50, temperature=0.2)
     assert result.text == "Hello there, general."
     assert result.finish_reason == "stop"
     assert result.model == "fake-chat"
@@ -36,24 +36,31 @@ def test_complete_returns_text_usage_and_model(provider, fake_llm, mode):
     assert "stream" not in body
 
 
-@pytest.mark.parametrize("how", ["complete", "stream"])
-def test_the_body_is_json_as_sent_whatever_it_holds(provider, fake_llm, mode, how):
-    """Encoded by orjson (codec.request_content), with the stdlib for what orjson refuses: a
-    tool's arguments may hold an integer past 64 bits."""
-    messages = [{"role": "user", "content": 'naïve café 你好 \u2028 "quoted"'}]
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"max": 2**70}}}]
-    if how == "complete":
-        complete(provider, mode, messages=messages, tools=tools)
-    else:
-        stream(provider, mode, messages=messages, tools=tools)
+ODD_MESSAGES = [{"role": "user", "content": 'naïve café 你好 \u2028 "quoted"'}]
+BIG_INT_TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"max": 2**70}}}]
+
+
+def _assert_sent_as_is(fake_llm) -> None:
     call = fake_llm.calls[-1]
     assert call.headers["content-type"] == "application/json"
-    assert call.body["messages"] == messages
+    assert call.body["messages"] == ODD_MESSAGES
     assert call.body["tools"][0]["function"]["parameters"]["max"] == 2**70
 
 
-def test_auth_header_is_sent(provider, fake_llm, mode):
-    complete(provider, mode, messages=USER_HI)
+def test_the_body_is_json_as_sent_whatever_it_holds(provider, fake_llm):
+    """Encoded by orjson (codec.request_content), with the stdlib for what orjson refuses: a
+    tool's arguments may hold an integer past 64 bits."""
+    provider.complete(messages=ODD_MESSAGES, tools=BIG_INT_TOOLS)
+    _assert_sent_as_is(fake_llm)
+
+
+def test_the_streamed_body_is_json_as_sent_whatever_it_holds(provider, fake_llm, mode):
+    stream(provider, mode, messages=ODD_MESSAGES, tools=BIG_INT_TOOLS)
+    _assert_sent_as_is(fake_llm)
+
+
+def test_auth_header_is_sent(provider, fake_llm):
+    provider.complete(messages=USER_HI)
     assert fake_llm.calls[-1].headers["authorization"] == "Bearer test-key"
 
 
@@ -63,10 +70,10 @@ def test_no_auth_header_without_key(fake_llm, settings):
     assert "authorization" not in fake_llm.calls[-1].headers
 
 
-def test_wrong_key_is_a_non_retryable_error_with_the_provider_message(provider, fake_llm, mode):
+def test_wrong_key_is_a_non_retryable_error_with_the_provider_message(provider, fake_llm):
     fake_llm.configure(require_api_key="other-key")
     with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
+        provider.complete(messages=USER_HI)
     assert info.value.status == 401
     assert not info.value.retryable
     assert "Incorrect API key provided" in str(info.value)
@@ -94,6 +101,7 @@ def test_stream_yields_deltas_then_done_with_full_text_and_usage(provider, fake_
     body = fake_llm.calls[-1].body
     assert body["stream"] is True
     assert body["stream_options"] == {"include_usage": True}
+    assert fake_llm.calls[-1].headers["authorization"] == "Bearer test-key"
 
 
 def test_stream_assembles_tool_calls_from_fragments(provider, fake_llm, mode):
@@ -121,9 +129,9 @@ def test_stream_assembles_tool_calls_from_fragments(provider, fake_llm, mode):
     assert fake_llm.calls[-1].body["tools"] == tools
 
 
-def test_complete_returns_tool_calls(provider, fake_llm, mode):
+def test_complete_returns_tool_calls(provider, fake_llm):
     fake_llm.script({"tool_calls": [{"id": "c1", "name": "f", "arguments": {"x": 1}}]})
-    result = complete(provider, mode, messages=USER_HI)
+    result = provider.complete(messages=USER_HI)
     assert result.text == ""
     assert result.finish_reason == "tool_calls"
     assert [c.as_openai() for c in result.tool_calls] == [
@@ -150,16 +158,23 @@ TOOLS = [
 ]
 
 
-@pytest.mark.parametrize("how", ["stream", "complete"])
-def test_tools_rejection_is_retried_without_them_and_remembered(provider, fake_llm, mode, how):
+def test_tools_rejection_is_retried_without_them_and_remembered(provider, fake_llm):
     fake_llm.configure(reject_tools=True)
-    call = stream if how == "stream" else complete
-    result = call(provider, mode, messages=USER_HI, tools=TOOLS)
-    text = result[-1].text if how == "stream" else result.text
-    assert text == "Echo: one two three four five six"
+    result = provider.complete(messages=USER_HI, tools=TOOLS)
+    assert result.text == "Echo: one two three four five six"
     first, second = fake_llm.calls
     assert first.body.get("tools") and "tools" not in second.body
-    call(provider, mode, messages=USER_HI, tools=TOOLS)
+    provider.complete(messages=USER_HI, tools=TOOLS)
+    assert fake_llm.count() == 3  # no second refusal
+
+
+def test_tools_rejection_when_streaming_is_retried_without_them(provider, fake_llm, mode):
+    fake_llm.configure(reject_tools=True)
+    events = stream(provider, mode, messages=USER_HI, tools=TOOLS)
+    assert events[-1].text == "Echo: one two three four five six"
+    first, second = fake_llm.calls
+    assert first.body.get("tools") and "tools" not in second.body
+    stream(provider, mode, messages=USER_HI, tools=TOOLS)
     assert fake_llm.count() == 3  # no second refusal
 
 

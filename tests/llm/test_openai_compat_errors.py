@@ -10,13 +10,13 @@ from chat.llm.base import (
     LLMError,
 )
 from chat.llm.openai_compat import classify_error
-from tests.llm.conftest import USER_HI, complete, stream
+from tests.llm.conftest import USER_HI, stream
 
 
-def test_context_length_exceeded(provider, fake_llm, mode):
+def test_context_length_exceeded(provider, fake_llm):
     fake_llm.fail_next("context_length")
     with pytest.raises(ContextLengthExceeded) as info:
-        complete(provider, mode, messages=USER_HI)
+        provider.complete(messages=USER_HI)
     assert info.value.status == 400 and not info.value.retryable
     assert "maximum context length" in str(info.value)
     assert fake_llm.count() == 1
@@ -67,20 +67,20 @@ def test_classify_error_shapes():
 
 
 @pytest.mark.parametrize("status", [400, 404, 422])
-def test_other_client_errors_are_not_retried(provider, fake_llm, mode, status):
+def test_other_client_errors_are_not_retried(provider, fake_llm, status):
     fake_llm.fail_next("http_error", status=status, message="The model `nope` does not exist")
     with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
+        provider.complete(messages=USER_HI)
     assert type(info.value) is LLMError
     assert info.value.status == status and not info.value.retryable
     assert "The model `nope` does not exist" in str(info.value)
     assert fake_llm.count() == 1
 
 
-def test_invalid_json_body_is_an_llm_error(provider, fake_llm, mode):
+def test_invalid_json_body_is_an_llm_error(provider, fake_llm):
     fake_llm.fail_next("invalid_json")
     with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
+        provider.complete(messages=USER_HI)
     assert "invalid JSON" in str(info.value)
     assert fake_llm.count() == 1
 
@@ -92,7 +92,7 @@ def test_invalid_json_stream_is_an_llm_error(provider, fake_llm, mode):
     assert "invalid JSON" in str(info.value)
 
 
-def test_cut_non_streaming_body_is_retried(provider, fake_llm, mode):
+def test_cut_non_streaming_body_is_retried(provider, fake_llm):
     fake_llm.fail_next("cut")
-    assert complete(provider, mode, messages=USER_HI).text.startswith("Echo:")
+    assert provider.complete(messages=USER_HI).text.startswith("Echo:")
     assert fake_llm.count() == 2

@@ -17,7 +17,7 @@ from chat.llm.base import (
 )
 from chat.llm.openai_compat import OpenAICompatProvider
 from devtools.fakellm import FakeLLMServer
-from tests.llm.conftest import USER_HI, complete, stream
+from tests.llm.conftest import USER_HI, stream
 
 
 def _free_port() -> int:
@@ -27,9 +27,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.parametrize("status", [500, 503, 429])
-def test_retries_transient_errors_then_succeeds(provider, fake_llm, mode, status):
+def test_retries_transient_errors_then_succeeds(provider, fake_llm, status):
     fake_llm.fail_next(str(status), times=2)
-    assert complete(provider, mode, messages=USER_HI).text.startswith("Echo:")
+    assert provider.complete(messages=USER_HI).text.startswith("Echo:")
     assert fake_llm.count() == 3
 
 
@@ -41,33 +41,46 @@ def test_stream_retries_before_the_first_token(provider, fake_llm, mode, status)
     assert fake_llm.count() == 3
 
 
-def test_gives_up_after_max_retries(provider, fake_llm, mode):
+def test_gives_up_after_max_retries(provider, fake_llm):
     fake_llm.fail_next("503", times=5)
     with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
+        provider.complete(messages=USER_HI)
     assert info.value.status == 503 and info.value.retryable
     assert fake_llm.count() == 3  # 1 + LLM_MAX_RETRIES
 
 
-def test_honours_a_small_retry_after(provider, fake_llm, mode):
+def test_honours_a_small_retry_after(provider, fake_llm):
     fake_llm.fail_next("429", retry_after=0.3)
     started = time.monotonic()
-    complete(provider, mode, messages=USER_HI)
+    provider.complete(messages=USER_HI)
     assert time.monotonic() - started >= 0.3
     assert fake_llm.count() == 2
 
 
-def test_a_long_retry_after_fails_fast(provider, fake_llm, mode):
+def test_a_long_retry_after_fails_fast(provider, fake_llm):
     fake_llm.fail_next("429", retry_after=600)
     started = time.monotonic()
     with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
+        provider.complete(messages=USER_HI)
     assert info.value.retry_after == 600
     assert time.monotonic() - started < 5
     assert fake_llm.count() == 1
 
 
-def test_connect_refused_is_retried_until_the_server_appears(mode):
+def test_a_stream_honours_retry_after_short_or_long(provider, fake_llm, mode):
+    """Read from a streamed response's headers, which the provider gets before the body."""
+    fake_llm.fail_next("429", retry_after=0.3)
+    started = time.monotonic()
+    assert stream(provider, mode, messages=USER_HI)[-1].text.startswith("Echo:")
+    assert time.monotonic() - started >= 0.3
+    fake_llm.fail_next("429", retry_after=600)
+    with pytest.raises(LLMError) as info:
+        stream(provider, mode, messages=USER_HI)
+    assert info.value.retry_after == 600
+    assert fake_llm.count() == 3
+
+
+def test_connect_refused_is_retried_until_the_server_appears():
     port = _free_port()
     provider = OpenAICompatProvider(
         base_url=f"http://127.0.0.1:{port}/v1",
@@ -82,7 +95,7 @@ def test_connect_refused_is_retried_until_the_server_appears(mode):
     timer = threading.Timer(0.15, late.start)
     timer.start()
     try:
-        assert complete(provider, mode, messages=USER_HI).text.startswith("Echo:")
+        assert provider.complete(messages=USER_HI).text.startswith("Echo:")
         assert late.count() == 1
     finally:
         timer.join()
@@ -151,7 +164,7 @@ def test_timeout_before_the_first_token_is_retried(provider, fake_llm, mode):
     assert fake_llm.count() == 2
 
 
-def test_persistent_timeout_raises_a_retryable_error(fake_llm, mode):
+def test_persistent_timeout_raises_a_retryable_error(fake_llm):
     provider = OpenAICompatProvider(
         base_url=fake_llm.base_url,
         model="fake-chat",
@@ -162,7 +175,7 @@ def test_persistent_timeout_raises_a_retryable_error(fake_llm, mode):
     fake_llm.fail_next("hang", times=2, seconds=10)
     started = time.monotonic()
     with pytest.raises(LLMError) as info:
-        complete(provider, mode, messages=USER_HI)
+        provider.complete(messages=USER_HI)
     assert info.value.retryable and "timed out" in str(info.value)
     assert 0.6 <= time.monotonic() - started < 5
     assert fake_llm.count() == 2

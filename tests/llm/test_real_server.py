@@ -4,10 +4,11 @@ written up in docs/real-llm-notes.md; the fake server copies each shape (devtool
 the fast suite covers them too.
 
 Wire shapes are read with a bare httpx client; the provider's reading of them with the
-provider, on each of its I/O paths (`mode`)."""
+provider, streams on each of its I/O paths (`mode`)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -18,7 +19,7 @@ from chat.llm import get_provider
 from chat.llm.base import ContextLengthExceeded, EmptyStream, StreamEvent
 from chat.llm.openai_compat import OpenAICompatProvider
 from tests.fixtures_real_llm import RealLLM
-from tests.llm.conftest import complete, stream
+from tests.llm.conftest import stream
 
 pytestmark = pytest.mark.real_llm
 
@@ -55,8 +56,8 @@ def _post(server: RealLLM, body: dict, **kwargs) -> httpx.Response:
 # --- what works ---------------------------------------------------------------------------
 
 
-def test_complete_reports_text_usage_and_finish_reason(real_provider, real_llm, mode):
-    result = complete(real_provider, mode, messages=HELLO, max_tokens=32, temperature=0)
+def test_complete_reports_text_usage_and_finish_reason(real_provider, real_llm):
+    result = real_provider.complete(messages=HELLO, max_tokens=32, temperature=0)
     assert result.text.strip()
     assert result.finish_reason in ("stop", "length")
     assert result.model == real_llm.model
@@ -135,7 +136,7 @@ def test_runes_per_token_differ_by_language(real_provider):
 # --- how it fails -------------------------------------------------------------------------
 
 
-def test_overflow_not_streaming_is_a_400_with_openais_wording(real_provider, real_llm, mode):
+def test_overflow_not_streaming_is_a_400_with_openais_wording(real_provider, real_llm):
     raw = _post(real_llm, {"messages": TOO_LONG})
     assert raw.status_code == 400
     error = raw.json()["error"]
@@ -149,7 +150,7 @@ def test_overflow_not_streaming_is_a_400_with_openais_wording(real_provider, rea
         "or completion."
     )
     with pytest.raises(ContextLengthExceeded) as info:
-        complete(real_provider, mode, messages=TOO_LONG)
+        real_provider.complete(messages=TOO_LONG)
     assert info.value.status == 400 and not info.value.retryable
 
 
@@ -201,10 +202,13 @@ def test_a_new_request_ends_a_running_stream_without_a_finish_reason(real_provid
     events: list[StreamEvent] = []
     first_delta = threading.Event()
 
-    def long_stream() -> None:
-        for event in real_provider.stream_chat(messages=STORY):
+    async def read() -> None:
+        async for event in real_provider.astream_chat(messages=STORY):
             events.append(event)
             first_delta.set()
+
+    def long_stream() -> None:
+        asyncio.run(read())
 
     thread = threading.Thread(target=long_stream)
     thread.start()

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chat.llm.reasoning import ThinkSplitter, strip_think
-from tests.llm.conftest import USER_HI, complete, stream
+from tests.llm.conftest import USER_HI, stream
 
 
 def _split_feed(text: str, cuts: list[int]) -> str:
@@ -60,10 +60,10 @@ def test_streamed_think_block_is_neither_sent_nor_kept(fake_llm, provider, mode)
     assert events[-1].text == "Hello there."
 
 
-def test_whole_completion_drops_the_think_block(fake_llm, provider, mode):
+def test_whole_completion_drops_the_think_block(fake_llm, provider):
     fake_llm.fail_next("think_tags", message="hmm")
     fake_llm.script("The answer.")
-    assert complete(provider, mode, messages=USER_HI).text == "The answer."
+    assert provider.complete(messages=USER_HI).text == "The answer."
 
 
 def test_reasoning_content_is_not_text(fake_llm, provider, mode):

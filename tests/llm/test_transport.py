@@ -1,5 +1,5 @@
 """chat/llm/transport.py: the aiohttp transport under httpx on the server's loop. (Its error
-mapping is covered by every provider scenario in `aiohttp` mode, tests/llm/conftest.py.)"""
+mapping is covered by every streamed scenario in `aiohttp` mode, tests/llm/conftest.py.)"""
 
 from __future__ import annotations
 
