@@ -3,14 +3,15 @@
 Messages are OpenAI chat-completions dicts (`{"role", "content", "tool_calls"?, "tool_call_id"?}`).
 Streaming yields `StreamEvent`s; the final event is always `kind="done"` carrying the full text,
 the assembled tool calls, the finish reason and usage when the provider reported it.
-Sync and async flavours exist because summaries run in sync service code (inside worker
-threads) while replies stream in async consumers; both share one request/response codec.
+One call of each kind, each in the flavour its caller needs: `complete` is sync because
+summaries run in sync service code (inside worker threads), `astream_chat` async because replies
+stream in async consumers; both share one request/response codec.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -117,24 +118,6 @@ class LLMProvider(Protocol):
         tools: list[dict[str, Any]] | None = None,
         temperature: float | None = None,
     ) -> Completion: ...
-
-    async def acomplete(
-        self,
-        *,
-        messages: list[Message],
-        model: str | None = None,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        temperature: float | None = None,
-    ) -> Completion: ...
-
-    def stream_chat(
-        self,
-        *,
-        messages: list[Message],
-        model: str | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> Iterator[StreamEvent]: ...
 
     def astream_chat(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 from chat.llm.base import (
@@ -250,32 +250,6 @@ class OfflineProvider:
         else:
             text = offline_reply(messages)
         return Completion(text=text, finish_reason="stop", model=self.model)
-
-    async def acomplete(
-        self,
-        *,
-        messages: list[Message],
-        model: str | None = None,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        temperature: float | None = None,
-        max_runes: int | None = None,
-    ) -> Completion:
-        return self.complete(
-            messages=messages, model=model, max_tokens=max_tokens, max_runes=max_runes
-        )
-
-    def stream_chat(
-        self,
-        *,
-        messages: list[Message],
-        model: str | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> Iterator[StreamEvent]:
-        text = offline_reply(messages)
-        for word in _words(text):
-            yield StreamEvent(kind="delta", text=word)
-        yield StreamEvent(kind="done", text=text, finish_reason="stop")
 
     async def astream_chat(
         self,

@@ -2,8 +2,8 @@
 Ollama, llama.cpp server).
 
 The wire format lives in chat/llm/codec.py (`_Codec`, `_StreamState`), which does no I/O, so
-the sync flavour (httpx.Client, used by summaries in worker threads) and the async flavour
-(httpx.AsyncClient, used by streaming replies in consumers) differ only in how they wait.
+the two calls here only send and wait: `complete` is sync (httpx.Client: summaries run in
+worker threads), `astream_chat` async (httpx.AsyncClient: replies stream in consumers).
 Retry decisions live in `_RetryPolicy` for the same reason.
 
 Retries: connect errors, timeouts and 408/429/5xx are retried with exponential backoff and
@@ -20,7 +20,7 @@ import random
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -245,51 +245,6 @@ class OpenAICompatProvider:
             time.sleep(delay)
             attempt += 1
 
-    async def acomplete(
-        self,
-        *,
-        messages: list[Message],
-        model: str | None = None,
-        max_tokens: int | None = None,
-        tools: list[dict[str, Any]] | None = None,
-        temperature: float | None = None,
-    ) -> Completion:
-        body = self._codec.body(
-            messages=messages,
-            model=model,
-            stream=False,
-            max_tokens=max_tokens,
-            tools=tools if self._send_tools else None,
-            temperature=temperature,
-        )
-        client = self._aclient()
-        attempt = 0
-        while True:
-            try:
-                response = await client.post(
-                    self._url, content=request_content(body), headers=self._json_headers
-                )
-                if response.status_code != 200:
-                    raise self._codec.error_from_response(
-                        status=response.status_code, raw=response.content, headers=response.headers
-                    )
-                return self._codec.completion(
-                    raw=response.content, requested_model=body.get("model", "")
-                )
-            except httpx.HTTPError as exc:
-                err = transport_error(exc)
-                cause: BaseException = exc
-            except LLMError as exc:
-                err = cause = exc
-            if self._tools_refused(body=body, err=err):
-                continue
-            delay = self._retry.delay(attempt=attempt, err=err)
-            if delay is None:
-                raise err from (cause if cause is not err else None)
-            _log_retry(attempt=attempt, delay=delay, err=err, url=self._url)
-            await asyncio.sleep(delay)
-            attempt += 1
-
     # --- streaming -----------------------------------------------------------------------
 
     def _stream_body(
@@ -334,63 +289,6 @@ class OpenAICompatProvider:
         if self._tools_refused(body=body, err=err):
             return 0.0, err
         return self._retry.delay(attempt=attempt, err=err), err
-
-    def stream_chat(
-        self,
-        *,
-        messages: list[Message],
-        model: str | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> Iterator[StreamEvent]:
-        attempt = 0
-        while True:
-            state = _StreamState()
-            body = self._stream_body(messages=messages, model=model, tools=tools)
-            try:
-                with self._client.stream(
-                    "POST", self._url, content=request_content(body), headers=self._stream_headers()
-                ) as response:
-                    if response.status_code != 200:
-                        raise self._codec.error_from_response(
-                            status=response.status_code,
-                            raw=response.read(),
-                            headers=response.headers,
-                        )
-                    if self._codec.is_json_response(response):
-                        completion = self._codec.completion(
-                            raw=response.read(), requested_model=body.get("model", "")
-                        )
-                        yield from self._codec.events_from_completion(completion)
-                        return
-                    for line in response.iter_lines():
-                        text = state.feed_line(line)
-                        if text:
-                            state.emitted = True
-                            yield StreamEvent(kind="delta", text=text)
-                        if state.done:
-                            break
-                    tail = state.end_of_input()
-                    if tail:
-                        state.emitted = True
-                        yield StreamEvent(kind="delta", text=tail)
-                    if not state.complete:
-                        raise self._codec.unfinished_stream(state)
-                yield state.final_event()
-                return
-            except httpx.HTTPError as exc:
-                err = transport_error(exc)
-                cause: BaseException = exc
-            except LLMError as exc:
-                err = cause = exc
-            delay, err = self._after_stream_failure(
-                state=state, err=err, attempt=attempt, body=body
-            )
-            if delay is None:
-                raise err from (cause if cause is not err else None)
-            if delay > 0:
-                _log_retry(attempt=attempt, delay=delay, err=err, url=self._url)
-                time.sleep(delay)
-                attempt += 1
 
     async def astream_chat(
         self,
