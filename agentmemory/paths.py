@@ -124,10 +124,6 @@ def parse_daily_note_filename(filename: object) -> date:
         raise UnsafeName(f"bad daily note date {filename!r}") from exc
 
 
-def daily_note_storage_name(*, root: str, day: date) -> str:
-    return f"{memory_dir(root=root)}/{daily_note_filename(day)}"
-
-
 def workspace_relpath(path: object) -> str:
     """Validates a workspace-relative path and returns it unchanged. No normalisation on
     purpose: if we "fixed" `a//b` or `./a` we would be guessing what the caller meant, and two

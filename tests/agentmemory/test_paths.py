@@ -256,9 +256,9 @@ def test_bad_daily_names(name):
 
 def test_good_daily_names():
     assert paths.parse_daily_note_filename("2024-02-29.md") == date(2024, 2, 29)
-    assert paths.daily_note_storage_name(root=ROOT, day=date(2024, 2, 29)) == (
-        f"{ROOT}/memory/2024-02-29.md"
-    )
+    # How agentmemory/store.py names a day's note: the memory folder, then the file name.
+    name = f"{paths.memory_dir(root=ROOT)}/{paths.daily_note_filename(date(2024, 2, 29))}"
+    assert name == f"{ROOT}/memory/2024-02-29.md"
 
 
 def test_day_must_be_a_date_not_a_datetime_or_string():
@@ -267,7 +267,7 @@ def test_day_must_be_a_date_not_a_datetime_or_string():
     days: list[Any] = [datetime(2024, 1, 1), "2024-01-01"]
     for day in days:
         with pytest.raises(UnsafeName):
-            paths.daily_note_storage_name(root=ROOT, day=day)
+            paths.daily_note_filename(day)
 
 
 # --- symlinks planted inside the root -------------------------------------------------------
