@@ -185,9 +185,7 @@ def _run_of(turn: Turn) -> TurnRun:
     return run
 
 
-def _run_store(
-    *, send: SendRequest, abandoned: Callable[[], bool] | None = None
-) -> TurnRun | None:
+def _run_store(*, send: SendRequest, abandoned: Callable[[], bool] | None = None) -> TurnRun | None:
     """Check and store the send's turn and prepare its reply, in one trip to the database.
     None while another reply of the session is generating and the send may queue."""
     try:
