@@ -1,4 +1,4 @@
-"""Rescue memory before compaction (SPEC §4): every batch that compaction is about to merge
+"""Rescue memory before compaction: every batch that compaction is about to merge
 into the rolling summary of an agent's session is first archived to the agent's daily note,
 then (optionally) distilled into long-term entries by one LLM call.
 

@@ -1,4 +1,4 @@
-"""WebSocket `/ws/chat/<session_id>/`: the realtime face of a chat session (SPEC, "API contract").
+"""WebSocket `/ws/chat/<session_id>/`: the realtime face of a chat session (docs/api.md).
 
 Thin on purpose: the handshake checks, framing, dispatch and the translation of domain errors
 into `error` events live here; storing turns, running and cancelling replies live in the turn

@@ -1,4 +1,4 @@
-"""The tool registry of the agent tool loop (SPEC §5): one place that knows every tool a model may
+"""The tool registry of the agent tool loop: one place that knows every tool a model may
 call, whoever defined it.
 
 A tool is a name, a description, a JSON-schema for its arguments and a sync handler

@@ -1,4 +1,4 @@
-"""Request validation and the JSON shapes of the v1 contract (SPEC.md, "API contract").
+"""Request validation and the JSON shapes of the v1 contract (docs/api.md).
 
 Query-string serializers turn every malformed parameter into a 400 before anything touches the
 database; response serializers exist so the OpenAPI document describes the real shapes."""

@@ -1,4 +1,4 @@
-"""/api/v1/ routes of chat. No trailing slashes: the paths are the contract in SPEC.md. Ids in
+"""/api/v1/ routes of chat. No trailing slashes: the paths are the contract in docs/api.md. Ids in
 paths are matched as strings so a malformed id reaches session_for_user and becomes the same
 JSON 404 as a missing one, instead of Django's HTML 404. An agent's memory routes are
 agentmemory's (agentmemory/urls.py), mounted next to these by cadau/urls.py."""

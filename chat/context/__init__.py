@@ -1,4 +1,4 @@
-"""The rolling model context (SPEC §3), one module per job:
+"""The rolling model context (docs/architecture.md), one module per job:
 
 - prompt: a session's context knobs and system prompt;
 - state: the verbatim tail as read for the next call, and its `context_budget`;

@@ -1,4 +1,4 @@
-"""The seed's compaction loop as the original design writes it (SPEC §3), kept to compare
+"""The seed's compaction loop as the original design writes it, kept to compare
 against (`CHAT_CONTEXT_STRATEGY=seed`; bench/context.py runs both): read up to
 `history_read_limit` rows on every send, then, while the estimate is over the threshold or the
 hard limit, summarise the oldest `roll_batch` verbatim messages with one call per batch, at most

@@ -332,7 +332,7 @@ def context_budget_from_state(*, state: ContextState) -> dict[str, Any]:
         "used_pct": round(100.0 * used / limit, 1) if limit else 0.0,
     }
     if state.binding:
-        # Once the model's window is known: which limit this is (SPEC, context_budget).
+        # Once the model's window is known: which limit this is (docs/api.md, context_budget).
         budget["binding"] = state.binding
     return budget
 

@@ -1,4 +1,4 @@
-"""Checkpoints of the agent tool loop (SPEC §5).
+"""Checkpoints of the agent tool loop.
 
 Tool results enter the model context in full. When the loop's own payload (the turn's context +
 this turn's round trips) passes the session's threshold (`threshold_pct` of the input budget,

@@ -1,4 +1,4 @@
-"""The reply's model rounds: `RunAgentToolLoop` (SPEC §5), implemented by `agent_tool_loop_run`.
+"""The reply's model rounds: `RunAgentToolLoop` (the design's name), `agent_tool_loop_run` here.
 
 A session without an agent, or an agent with no enabled tools, gets one round and no tools.
 An agent session offers its tools (chat.tools); while the model answers with tool calls:

@@ -26,7 +26,7 @@ from chat.tools import tools_registered
 from chat.web.strings import js_strings
 
 # The DOM never holds more than WINDOW_CAP messages, whatever the session's length; pages of
-# PAGE_SIZE are loaded on scroll and whole pages are dropped from the far side (SPEC section 2).
+# PAGE_SIZE are loaded on scroll and whole pages are dropped from the far side.
 WINDOW_CAP = 150
 PAGE_SIZE = 50
 

@@ -1,4 +1,4 @@
-// The bounded message window (SPEC section 2, "the WeChat pattern"), as pure data logic so it
+// The bounded message window ("the WeChat pattern"), as pure data logic so it
 // can be unit-tested without a DOM.
 //
 // The window is a run of consecutive history pages, each remembering the opaque cursors the
