@@ -39,9 +39,9 @@ router = ProtocolTypeRouter(
 
 # Every view imported now rather than at its first request, so that it is frozen below.
 get_resolver().url_patterns  # noqa: B018
-# What is loaded by now lives as long as the process: out of the cyclic collector's sight.
-# Each full collection walked all of it (~140k objects), 25-50 ms with the GIL held, and
-# whichever send's first token was due waited (bench ttft: the p95 and p99 outliers).
+# What is loaded by now lives as long as the process: out of the cyclic collector's sight, or
+# every full collection walks it (~140k objects) with the GIL held while a first token waits
+# (docs/benchmarks.md, "Time to first token").
 gc.collect()
 gc.freeze()
 

@@ -169,15 +169,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         Path(tempfile.gettempdir()) / f"cadau-test-{os.getpid()}.sqlite3"
     )
 # Persistent connections: the WebSocket path runs its database work in one long-lived thread
-# (Channels' database_sync_to_async), and opening a connection per call cost a SQLite send
-# ~2 ms per trip (open, register Django's functions, WAL checkpoint on close) or a PostgreSQL
-# backend start; bench/realtime.py. Threads that end (one per HTTP request under ASGI) take
-# their connection with them. Health checks replace a connection the server dropped.
+# (Channels' database_sync_to_async), and a connection per call costs every trip an open
+# (SQLite: Django's functions registered, a WAL checkpoint on close; PostgreSQL: a backend
+# start). Threads that end (one per HTTP request under ASGI) take their connection with them.
+# Health checks replace a connection the server dropped.
 DATABASES["default"]["CONN_MAX_AGE"] = _strict(env.int, "DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # PostgreSQL: a pool of connections per process (psycopg_pool). Django runs each HTTP request's
-# sync code in a thread of its own under ASGI, so without a pool every request opened a new
-# PostgreSQL backend, several milliseconds before a send could store anything (bench ttft).
+# sync code in a thread of its own under ASGI, so without a pool every request would start a
+# PostgreSQL backend, milliseconds before a send could store anything.
 DB_POOL: bool = _bool("DB_POOL", default=True)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {

@@ -64,9 +64,9 @@ def text_language(*, texts: Iterable[str]) -> Language | None:
 
 
 # The same summary is asked about several times per send (the heading, the budget, the payload)
-# and once per send for as long as it stands: ~0.5 ms of regex each time on a 6,000-character
-# summary, on the way to the first token (bench ttft). A string hashes once; a few dozen
-# summaries cached is a few hundred KB at most.
+# and once per send for as long as it stands, each a regex pass over up to 6,000 characters on
+# the way to the first token. A string hashes once; a few dozen summaries cached is a few
+# hundred KB at most.
 @lru_cache(maxsize=64)
 def _words(text: str) -> tuple[int, int]:
     body = _NEUTRAL.sub(" ", _HEADING_LINE.sub(" ", text))

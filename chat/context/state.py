@@ -31,10 +31,10 @@ from chat.queries import message_tail_rows
 
 # Rows fetched per round trip while reading the verbatim tail newest-first. A compacted
 # session's read is bounded by its anchor (its tail since the anchor is all there is): one
-# large page, as a tail of a few hundred messages is usual between compactions and at 200 it
-# took two or three statements before the first token (bench ttft). A session never compacted
-# (an import) is read until the hard limit, checked after each page: a smaller page then, as
-# whatever a page reads past the limit is read for nothing.
+# large page, as a tail of a few hundred messages is usual between compactions and every
+# statement is on the way to the first token. A session never compacted (an import) is read
+# until the hard limit, checked after each page: a smaller page then, as whatever a page reads
+# past the limit is read for nothing.
 TAIL_PAGE = 500
 TAIL_PAGE_UNANCHORED = 200
 

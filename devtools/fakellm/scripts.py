@@ -212,8 +212,8 @@ class Call:
     index: int  # 1-based, across all kinds
     kind: Literal["chat", "summary"]
     #: The request body as received. Kept as bytes, parsed when asked for: a benchmark makes
-    #: thousands of calls of ~50k characters, and kept as dicts they grew this process's heap
-    #: until each full garbage collection took ~40 ms, a stall the client timed as Cadau's.
+    #: thousands of calls of ~50k characters, and as dicts they would make this process's full
+    #: garbage collections long enough to stall it, a stall the client would time as Cadau's.
     raw_body: bytes
     headers: dict[str, str]
     stream: bool
