@@ -22,7 +22,6 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
-from django.db.models import F
 from django.utils import timezone
 
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
@@ -347,8 +346,8 @@ def _batch_store(*, session: ChatSession, rows: list[ChatMessage]) -> int:
         ChatMessage.objects.bulk_create(rows, batch_size=len(rows))
         # Counted per batch, in the same transaction: an interrupted run leaves the
         # counter true to what is stored instead of off by everything inserted so far.
-        ChatSession.objects.filter(pk=session.pk).update(
-            message_count=F("message_count") + len(rows), last_activity_at=rows[-1].created_at
+        ChatSession.objects.filter(pk=session.pk).counters_add(
+            messages=len(rows), at=rows[-1].created_at
         )
     return len(rows)
 
