@@ -119,6 +119,12 @@ def _measure(*, url: str, session_id: int, loads: int) -> dict[str, Any]:
             page.goto(chat_url)
             page.wait_for_function("() => document.documentElement.dataset.firstRender")
             rendered.append(float(page.evaluate("document.documentElement.dataset.firstRender")))
+            # The page can mark its first render before the browser has painted it: wait for
+            # the paint entry rather than read a missing one as NaN (which spoils the median).
+            page.wait_for_function(
+                "() => performance.getEntriesByName('first-contentful-paint').length > 0",
+                timeout=5000,
+            )
             fcp.append(
                 float(
                     page.evaluate(
