@@ -13,8 +13,9 @@ seed.py, still selectable for comparison):
 - a failed or unusable summary changes nothing: the anchor stays, the payload is trimmed for
   that one call, and the next send retries.
 
-Log lines (keys named by the spec): chat_context_roll, chat_context_roll_failed,
-chat_context_roll_skipped, chat_context_roll_conflict, chat_context_reset.
+Log lines (operators search for these keys, so they keep their names): chat_context_roll,
+chat_context_roll_failed, chat_context_roll_skipped, chat_context_roll_conflict,
+chat_context_reset.
 """
 
 from __future__ import annotations

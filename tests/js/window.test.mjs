@@ -1,4 +1,5 @@
-// static/chat/window.js under Node: the bounded window's paging math (SPEC section 2).
+// static/chat/window.js under Node: the bounded window's paging math (docs/architecture.md,
+// "Paging: bounded window in the browser").
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
