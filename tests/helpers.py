@@ -82,10 +82,14 @@ def sse_events(response: Any) -> list[dict[str, Any]]:
         await replies_wait()
         return body
 
-    raw = async_to_sync(collect)().decode()
+    return sse_parse(async_to_sync(collect)().decode())
+
+
+def sse_parse(body: str) -> list[dict[str, Any]]:
+    """The JSON events of a server-sent-events body."""
     return [
         json.loads(line[6:])
-        for block in raw.split("\n\n")
+        for block in body.split("\n\n")
         for line in block.splitlines()
         if line.startswith("data: ")
     ]

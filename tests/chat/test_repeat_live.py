@@ -11,7 +11,6 @@ streaming row nobody has written for longer than the stale rule."""
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +26,7 @@ from chat.shapes import done_event
 from chat.turn.replies import reply_finish, reply_progress
 from tests.chat.wsclient import TIMEOUT, login_cookie, loop_left_clean, socket_for  # noqa: F401
 from tests.factories import ChatSessionFactory
+from tests.helpers import sse_parse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,17 +57,13 @@ async def _until(ws: Any, kind: str) -> list[dict[str, Any]]:
     return seen
 
 
-async def _first_delta(ws: Any) -> None:
+async def _first_send_streaming(session: Any, owner: Any) -> Any:
+    """A WebSocket send with client_id "same", read until its reply streams: a socket open
+    on the session, for the repeat to race against."""
+    ws = await _open(session.pk, await database_sync_to_async(login_cookie)(owner))
+    await ws.send_json_to({"type": "send", "content": "go", "client_id": "same"})
     await _until(ws, "delta")
-
-
-def _sse(body: str) -> list[dict[str, Any]]:
-    return [
-        json.loads(line[6:])
-        for block in body.split("\n\n")
-        for line in block.splitlines()
-        if line.startswith("data: ")
-    ]
+    return ws
 
 
 async def _post(token: str, payload: dict[str, Any], *, stream: bool) -> httpx.Response:
@@ -106,25 +102,20 @@ async def test_sse_repeat_during_a_live_reply_follows_it_to_a_final_done(
     session, owner, token, fake_llm
 ):
     fake_llm.script({"content": WORDS, "token_ms": 30})
-    ws = await _open(session.pk, await database_sync_to_async(login_cookie)(owner))
-    await ws.send_json_to({"type": "send", "content": "go", "client_id": "same"})
-    await _first_delta(ws)
+    ws = await _first_send_streaming(session, owner)
     response = await _post(
         token, {"session_id": session.pk, "content": "go", "client_id": "same"}, stream=True
     )
     assert response.status_code == 200, response.text
-    _assert_alike(_sse(response.text), content=WORDS)
+    _assert_alike(sse_parse(response.text), content=WORDS)
     assert fake_llm.count("chat") == 1
     await ws.disconnect()
 
 
 async def test_websocket_repeat_during_a_live_reply_answers_as_sse_does(session, owner, fake_llm):
     fake_llm.script({"content": WORDS, "token_ms": 30})
-    cookie = await database_sync_to_async(login_cookie)(owner)
-    first = await _open(session.pk, cookie)
-    await first.send_json_to({"type": "send", "content": "go", "client_id": "same"})
-    await _first_delta(first)
-    again = await _open(session.pk, cookie)
+    first = await _first_send_streaming(session, owner)
+    again = await _open(session.pk, await database_sync_to_async(login_cookie)(owner))
     await again.send_json_to({"type": "send", "content": "go", "client_id": "same"})
     seen = await _until(again, "done")
     # The socket joined mid-reply (its resume came first) and is in the session's group:
@@ -143,9 +134,7 @@ async def test_json_repeat_during_a_live_reply_waits_for_the_final_reply(
     session, owner, token, fake_llm
 ):
     fake_llm.script({"content": WORDS, "token_ms": 20})
-    ws = await _open(session.pk, await database_sync_to_async(login_cookie)(owner))
-    await ws.send_json_to({"type": "send", "content": "go", "client_id": "same"})
-    await _first_delta(ws)
+    ws = await _first_send_streaming(session, owner)
     response = await _post(
         token, {"session_id": session.pk, "content": "go", "client_id": "same"}, stream=False
     )
@@ -193,7 +182,7 @@ async def test_sse_repeat_follows_a_reply_generated_in_another_process(session, 
         token, {"session_id": session.pk, "content": "go", "client_id": "elsewhere"}, stream=True
     )
     await writer
-    events = _sse(response.text)
+    events = sse_parse(response.text)
     _assert_alike(events, content="Hello, world")
     assert events[1]["message"]["content"] == "Hel"
     assert [e["type"] for e in events[2:-1]] == ["delta", "delta"]
@@ -206,7 +195,7 @@ async def test_sse_repeat_of_a_reply_whose_process_died_ends_with_it_failed(sess
     response = await _post(
         token, {"session_id": session.pk, "content": "go", "client_id": "crashed"}, stream=True
     )
-    events = _sse(response.text)
+    events = sse_parse(response.text)
     assert [e["type"] for e in events] == ["message", "message", "done"]
     assert events[-1]["message"]["id"] == reply.pk
     assert events[-1]["message"]["status"] == "failed"

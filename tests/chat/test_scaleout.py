@@ -27,6 +27,7 @@ from bench.procs import ServerProcess, database_url
 from chat.models import ChatMessage, MessageStatus
 from devtools.fakellm import FakeLLMServer
 from tests.factories import ChatSessionFactory, UserFactory
+from tests.helpers import sse_parse
 
 pytestmark = [
     pytest.mark.postgres_only,
@@ -258,15 +259,6 @@ async def test_refusals_hold_on_a_real_server(two_daphnes, alice):
 # complete, never `streaming`.
 
 
-def _sse(body: str) -> list[dict[str, Any]]:
-    return [
-        json.loads(line[6:])
-        for block in body.split("\n\n")
-        for line in block.splitlines()
-        if line.startswith("data: ")
-    ]
-
-
 def _assert_final(events: list[dict[str, Any]], content: str) -> None:
     done = [e for e in events if e["type"] == "done"]
     assert len(done) == 1 and events[-1] is done[0], [e["type"] for e in events]
@@ -305,7 +297,7 @@ async def test_sse_repeat_on_another_process_follows_the_live_reply(
     await _events_until_done(first)
     await first.close()
     assert response.status_code == 200, response.text
-    events = _sse(response.text)
+    events = sse_parse(response.text)
     assert events[0]["type"] == "message" and events[0]["message"]["role"] == "user"
     partial = events[1]["message"]
     assert events[1]["type"] == "message" and partial["status"] == "streaming"
