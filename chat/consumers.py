@@ -263,8 +263,22 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
         for group in self._control_groups:
             await self.channel_layer.group_discard(group, self.channel_name)
+        await self._channel_receive_end()
         # A queued send is left running: the user pressed send, the turn is theirs, and a
         # retry with the same client_id finds it.
+
+    async def _channel_receive_end(self) -> None:
+        """Let the consumer's pending channel read end with a message of its own before
+        Channels cancels it: a channels-redis receive cancelled mid-read (BZPOPMIN, redis-py 8)
+        can stay cancelling for good, reading on, which leaks a Redis poller per closed socket
+        and hangs whatever awaits the consumer's end (as the reply's listener is stopped,
+        chat/turn/registry.py)."""
+        if self.channel_layer is None or not getattr(self, "channel_name", None):
+            return
+        try:
+            await self.channel_layer.send(self.channel_name, {"type": "chat.closed"})
+        except Exception:  # the layer is down: the cancel is all there is left
+            logger.debug("chat_socket_receive_end_failed", exc_info=True)
 
     async def _forward_local(self, local: LocalSocket) -> None:
         """Events published in this process, in order (chat/events.py)."""
@@ -409,8 +423,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 # A reply started in another process: ask it for its deltas.
                 await reply_watch(session_id=self.session_id)
             return
-        if kind in ("chat.watch", "chat.cancel"):
-            return  # for generating processes, not sockets
+        if kind in ("chat.watch", "chat.cancel", "chat.closed"):
+            return  # for generating processes, not sockets; or this socket's own end
         if kind == "chat.revoke":
             if message.get("origin") != ORIGIN:  # this process closed its own already
                 self._revoke()

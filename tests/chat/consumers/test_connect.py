@@ -4,6 +4,8 @@ server's own send handed to WebSockets."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from channels.db import database_sync_to_async
 from django.conf import settings as settings_module
@@ -122,3 +124,21 @@ async def test_an_idle_socket_outlives_the_redis_clients_read_timeout(
     events = await _until(ws, "done", timeout=10)
     assert events[-1]["message"]["content"] == "still here"
     await ws.disconnect()
+
+
+@pytest.mark.skipif(not settings_module.REDIS_URL, reason="needs REDIS_URL (the Redis layer)")
+async def test_a_closed_sockets_consumer_ends_without_cancelling_its_redis_read(
+    session, owner_cookie
+):
+    """A consumer stops by ending its own channel read with a message: a channels-redis read
+    cancelled mid-BZPOPMIN could stay cancelling for good, polling Redis, and the consumer
+    never ended (a CI run hung on it in tests/test_origin.py). Sockets refused by the consumer
+    and sockets closed by their client both end within a second, every time."""
+    for _ in range(10):
+        refused = socket_to(session.pk, cookie=None)
+        connected, code = await refused.connect(timeout=TIMEOUT)
+        assert not connected and code == 4401
+        await asyncio.wait_for(asyncio.shield(refused.future), 1.0)
+        ws = await _open(session.pk, owner_cookie)
+        await ws.disconnect()
+        await asyncio.wait_for(asyncio.shield(ws.future), 1.0)
