@@ -413,15 +413,18 @@ if CHAT_AUTO_TITLE not in ("model", "words", "off"):
         f"CHAT_AUTO_TITLE: expected model, words or off, got {CHAT_AUTO_TITLE!r}"
     )
 
-# Recall (chat/search/recall.py). CHAT_CONTEXT_RECALL: before each call of a session whose
-# model cannot call `history_search` (no agent, or an agent without that tool), add the
-# summarised messages that best match the new message, verbatim, under
-# CHAT_CONTEXT_RECALL_MAX_RUNES (counted in the payload and its budget). HISTORY_SEARCH_MAX_RUNES
-# caps what one `history_search` call returns to the model.
-CHAT_CONTEXT_RECALL: bool = _bool("CHAT_CONTEXT_RECALL", default=False)
-CHAT_CONTEXT_RECALL_MAX_RUNES: int = _int(
-    "CHAT_CONTEXT_RECALL_MAX_RUNES", default=1500, minimum=100
-)
+# Recall (chat/context/compose.py, chat/search/recall_auto.py). CHAT_CONTEXT_RECALL: before each
+# model call, the room the summary and the verbatim tail leave in the budget is filled with the
+# conversation's turns that best match the new message (no model call). The newest turns keep at
+# least CHAT_CONTEXT_RECALL_TAIL_PCT of the budget verbatim; recall takes from the rest, and what
+# it does not use goes back to the verbatim tail. CHAT_CONTEXT_RECALL_MAX_RUNES caps what recall
+# adds (0: no cap but the room). HISTORY_SEARCH_MAX_RUNES caps what one `history_search` call
+# returns to the model.
+CHAT_CONTEXT_RECALL: bool = _bool("CHAT_CONTEXT_RECALL", default=True)
+CHAT_CONTEXT_RECALL_TAIL_PCT: int = _int("CHAT_CONTEXT_RECALL_TAIL_PCT", default=30, minimum=1)
+if CHAT_CONTEXT_RECALL_TAIL_PCT > 100:
+    raise ImproperlyConfigured("CHAT_CONTEXT_RECALL_TAIL_PCT: expected 1 to 100")
+CHAT_CONTEXT_RECALL_MAX_RUNES: int = _int("CHAT_CONTEXT_RECALL_MAX_RUNES", default=0)
 HISTORY_SEARCH_MAX_RUNES: int = _int("HISTORY_SEARCH_MAX_RUNES", default=4000, minimum=200)
 
 # A send that arrives while the session's previous reply is still generating waits this long

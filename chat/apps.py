@@ -16,5 +16,5 @@ class ChatConfig(AppConfig):
         connection_created.connect(backends.sqlite_functions_register, weak=False)
         # A logout, a password change or a deactivation closes the user's sockets.
         sockets.connect_signals()
-        # The history_search tool (registered on import) and automatic recall's prompt part.
+        # The history_search tool, registered on import.
         recall.register()

@@ -28,6 +28,7 @@ from chat.context.compaction import (
     context_reset,
     context_strategy,
 )
+from chat.context.compose import Recaller
 from chat.context.cut import context_choose_cut
 from chat.context.heading import SUMMARY_PREFIX_EN, SUMMARY_PREFIX_ZH, summary_prefix
 from chat.context.payload import (
@@ -68,6 +69,7 @@ __all__ = [
     "ContextState",
     "Payload",
     "PayloadTooLarge",
+    "Recaller",
     "SendCompaction",
     "SummaryRejected",
     "SystemPrompt",

@@ -77,10 +77,14 @@ def _chunks(
 ) -> Iterator[tuple[list[TailMessage], int]]:
     """Yield (messages, anchor after them) in chunks the summariser can take in one call.
 
-    Without a backlog the cut is already in memory. With one, the messages between the anchor and
-    the in-memory tail are read ascending from the database, a page at a time."""
+    Without a backlog the cut is already in memory. With one (an import, or a session whose
+    summaries kept failing), the messages between the anchor and the in-memory tail are read
+    ascending from the database, a page at a time, unless recall is on: then they are passed
+    over, archived as they are (recall finds them there, verbatim, when a message needs them),
+    and only the in-memory part is summarised. A 10,000-message import cost 94 summarising
+    calls of ~50 KB before its payload was steady; now one or two."""
     cut_anchor = state.tail[cut].id if cut < len(state.tail) else None
-    if state.backlog:
+    if state.backlog and not settings.CHAT_CONTEXT_RECALL:
         source: Iterator[TailMessage] = itertools.chain(
             _iter_range(
                 session=session, lower=session.verbatim_since_message_id, stop=state.tail[0].id
@@ -149,7 +153,7 @@ class CadauStrategy:
         # model window only half of it (the call carries instructions, the summary so far, and
         # needs room to answer).
         floor = cfg.input_budget_runes // 2 if state.binding == "window" else 4000
-        input_cap = max(floor, cfg.input_budget_runes - cfg.summary_max_runes - prompt_runes - 2000)
+        input_cap = max(floor, cfg.input_budget_runes - cfg.summary_cap_runes - prompt_runes - 2000)
         runes_now: int | None = state.runes
         for chunk, anchor_after in _chunks(
             session=session, state=state, cut=cut, input_cap=input_cap

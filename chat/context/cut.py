@@ -19,7 +19,7 @@ def turn_starts(tail: Sequence[TailMessage]) -> list[int]:
 def assumed_summary_runes(*, cfg: ContextConfig, summary: str, compacted_runes: int) -> int:
     # A merged summary is usually a fraction of what it absorbs; over-estimating only makes the
     # cut a little deeper, under-estimating would trigger compaction again on the next send.
-    return min(cfg.summary_max_runes, len(summary) + compacted_runes // 3 + 400)
+    return min(cfg.summary_cap_runes, len(summary) + compacted_runes // 3 + 400)
 
 
 def context_choose_cut(

@@ -75,7 +75,7 @@ def summary_merge(
     FALLBACK_MODEL when the guard rejected the model twice. Raises LLMError or SummaryRejected;
     never returns an unusable summary."""
     counter = counter if counter is not None else CallCounter()
-    cap = cfg.summary_max_runes
+    cap = cfg.summary_cap_runes
     user = _request(previous=previous, messages=messages, cap=cap, instructions=instructions)
     replaced = len(previous) + sum(len(transcript_text(m)) for m in messages)
     # The length limit is asked in the prompt and enforced on the result. max_tokens only guards

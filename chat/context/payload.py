@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 
 from chat.context.commit import CompactionResult
+from chat.context.compose import Recaller, payload_compose
 from chat.context.prompt import SystemPrompt, context_config_for, session_model, system_text
 from chat.context.state import ContextState, TailMessage
 from chat.context.trim import (
@@ -33,6 +34,8 @@ class Payload:
     dropped: int
     rows_read: int
     compactions: list[CompactionResult] = field(default_factory=list)
+    # Messages recall quoted into this call (chat/context/compose.py).
+    recalled: int = 0
 
 
 def _without_orphan_tool_results(tail: list[TailMessage]) -> list[TailMessage]:
@@ -49,20 +52,78 @@ def _without_orphan_tool_results(tail: list[TailMessage]) -> list[TailMessage]:
     return kept
 
 
-def context_payload_build(*, state: ContextState) -> Payload:
-    """The payload of `state`, trimmed (oldest turns first) to the hard limit if it must be:
-    a failed summary never fails a send. Raises PayloadTooLarge when nothing can make it fit."""
+def context_payload_build(*, state: ContextState, recall: Recaller | None = None) -> Payload:
+    """The payload of `state`: with `recall`, composed to fill the budget with what matches the
+    new message (chat/context/compose.py); else, or when that does not fit, the summary and
+    the tail trimmed (oldest turns first) to the hard limit if it must be: a failed summary
+    never fails a send. Raises PayloadTooLarge when nothing can make it fit."""
+    if recall is not None and state.cfg.strategy == "cadau":
+        composed = _composed(state=state, recall=recall)
+        if composed is not None:
+            return composed
     try:
         return _payload_build(state=state)
     except PayloadTooLarge:
-        plain = state.prompt.text("")
-        if plain == state.system_prompt:
+        if not state.summary and state.prompt.text("") == state.system_prompt:
             raise
-    # The prompt's parts rendered for this message (automatic recall) leave the user's message
-    # no room: they are extras and yield, as context_check_fits, which let the message in,
-    # measured the prompt without them.
-    logger.info("chat_context_prompt_parts_yielded session=%s", state.session.pk)
-    return _payload_build(state=dataclasses.replace(state, system_prompt=plain))
+    # Older material yields to the user's message, as context_check_fits, which let the message
+    # in, measured it without them: first the prompt's parts rendered for this message, then
+    # the summary, cut (for this call only) to half, a quarter, nothing. A session never
+    # becomes unsendable because its summary grew; the next compaction writes it smaller.
+    state = dataclasses.replace(state, system_prompt=state.prompt.text(""))
+    logger.info("chat_context_older_material_yielded session=%s", state.session.pk)
+    summary = state.summary
+    for share in (1.0, 0.5, 0.25, 0.0):
+        cut = summary_cut(summary, runes=int(len(summary) * share))
+        try:
+            return _payload_build(state=dataclasses.replace(state, summary_for_call=cut))
+        except PayloadTooLarge:
+            if not cut:
+                raise
+    raise AssertionError("unreachable: the last try has no summary")
+
+
+def summary_cut(summary: str, *, runes: int) -> str:
+    """The summary's first whole lines within `runes` (its headings and oldest facts come
+    first); "" when not even one fits."""
+    if len(summary) <= runes:
+        return summary
+    kept: list[str] = []
+    used = 0
+    for line in summary.splitlines():
+        if used + len(line) + 1 > runes:
+            break
+        kept.append(line)
+        used += len(line) + 1
+    return "\n".join(kept).strip()
+
+
+def _composed(*, state: ContextState, recall: Recaller) -> Payload | None:
+    """The composed payload, or None where it does not apply or would not fit the model's
+    window by its own estimate (recall yields first: the plain payload is built instead)."""
+    system = system_text(system_prompt=state.system_prompt, summary=state.summary)
+    limit = min(state.cfg.input_budget_runes, state.cfg.effective_hard_limit_runes)
+    composed = payload_compose(state=state, system=system, limit=limit, recall=recall)
+    if composed is None:
+        return None
+    tail = _without_orphan_tool_results(composed.tail)
+    if state.binding == "window" and state.input_tokens:
+        tokens = sum(
+            tokens_estimate(text, model=state.model) + MESSAGE_OVERHEAD_TOKENS
+            for text in [composed.system, *(m.content for m in tail)]
+        )
+        if tokens > state.input_tokens:
+            return None
+    messages: list[Message] = [{"role": "system", "content": composed.system}]
+    messages.extend(m.as_openai() for m in tail)
+    return Payload(
+        messages=messages,
+        runes=len(composed.system) + sum(m.runes for m in tail),
+        limit_runes=state.cfg.input_budget_runes,
+        dropped=0,
+        rows_read=state.rows_read,
+        recalled=composed.recalled,
+    )
 
 
 def _payload_build(*, state: ContextState) -> Payload:
@@ -99,17 +160,17 @@ def context_check_fits(*, session: ChatSession, prompt: SystemPrompt, content: s
     prompt and the summary: under the hard limit in runes, and, once the model's window is
     known, in the tokens it leaves for the prompt. Compaction could never make room for it."""
     cfg = context_config_for(session=session)
-    # The prompt as rendered for no particular message: a part that depends on the message
-    # (automatic recall, chat/search/recall.py) is an extra that yields when the message needs
-    # the room (context_payload_build), so it must not refuse a message that fits without it.
+    # The prompt as rendered for no particular message, without the summary: what depends on
+    # the message and the summary are older material that yields when the message needs the
+    # room (context_payload_build), so they must not refuse a message that fits without them.
     # A part that is there either way (long-term memory) renders "" within the same cap, so
     # it is measured at a comparable size.
-    system = system_text(system_prompt=prompt.text(""), summary=session.context_summary)
+    system = prompt.text("")
     needed = len(system) + len(content)
     if needed > cfg.effective_hard_limit_runes:
         raise MessageTooLarge(
             f"This message is too long for the model's context: it needs about {needed} "
-            f"characters with the system prompt and summary; the limit is "
+            f"characters with the system prompt; the limit is "
             f"{cfg.effective_hard_limit_runes}."
         )
     model = session_model(session=session)
@@ -125,6 +186,6 @@ def context_check_fits(*, session: ChatSession, prompt: SystemPrompt, content: s
     if tokens > room:
         raise MessageTooLarge(
             f"This message is too long for the model's context window: it needs about {tokens} "
-            f"tokens with the system prompt and summary; the model leaves {room} for the "
+            f"tokens with the system prompt; the model leaves {room} for the "
             "prompt. Shorten it or split it."
         )

@@ -163,9 +163,14 @@ class ContextState:
     # average says it does not.
     input_tokens: int = 0
     model: str = ""
+    # The summary as this one call sends it, when it had to yield room (chat/context/payload.py);
+    # None: as stored.
+    summary_for_call: str | None = None
 
     @property
     def summary(self) -> str:
+        if self.summary_for_call is not None:
+            return self.summary_for_call
         return self.session.context_summary
 
     @property

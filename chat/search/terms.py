@@ -62,10 +62,10 @@ def term_is_identifier(term: str) -> bool:
     return bool(_IDENTIFIER.search(term))
 
 
-def recall_terms(text: str) -> list[str]:
+def recall_terms(text: str, *, most: int = TERMS_MAX) -> list[str]:
     """The words of `text` worth searching for, most distinctive first: identifiers (digits,
     dashes, dots), then longer words, then Chinese words (two characters) and three-character
-    runs, at most TERMS_MAX of them, each at most TERM_MAX_CHARS."""
+    runs, at most `most` of them, each at most TERM_MAX_CHARS."""
     words: list[str] = []
     for match in _WORD.finditer(text):
         word = match.group(0)
@@ -75,17 +75,36 @@ def recall_terms(text: str) -> list[str]:
     words.sort(key=lambda w: (not term_is_identifier(w), -len(w)))
     terms: list[str] = []
     seen: set[str] = set()
-    for term in [*words, *_han_terms(text)]:
+    for term in [*words, *_han_terms(text, most=most)]:
         key = term.casefold()
         if key not in seen:
             seen.add(key)
             terms.append(term)
-            if len(terms) == TERMS_MAX:
+            if len(terms) == most:
                 break
     return terms
 
 
-def _han_terms(text: str) -> list[str]:
+# English inflections: the index matches substrings, so a stem finds every form of the word.
+_SUFFIXES = ("ingly", "edly", "ings", "ing", "ies", "ied", "ed", "es", "s", "ly")
+_LATIN_WORD = re.compile(r"[a-z]+")
+
+
+def term_stem(term: str) -> str:
+    """`term` without an English inflection when one leaves a stem of four letters or more
+    ("painting", "painted" -> "paint"); anything else (identifiers, other scripts) as it is."""
+    word = term.casefold()
+    if not _LATIN_WORD.fullmatch(word):
+        return term
+    for suffix in _SUFFIXES:
+        stem = word[: -len(suffix)]
+        if word.endswith(suffix) and len(stem) >= 4:
+            # "themes" is not about "them": a stem that is a filler word is no term.
+            return term if stem in _STOPWORDS else stem
+    return term
+
+
+def _han_terms(text: str, *, most: int = TERMS_MAX) -> list[str]:
     """Chinese terms, taken round-robin across the pieces (the first run of each piece, then the
     second...) so that one long piece does not crowd out the other words of the message."""
     pieces = [
@@ -100,14 +119,14 @@ def _han_terms(text: str) -> list[str]:
     # Each round takes one run of every piece still long enough, and drops the pieces it used
     # up. It stops once enough distinct terms are found, or after _HAN_EXAMINED_MAX runs (a
     # long message repeating itself would otherwise be walked to its end).
-    while pieces and len(terms) < TERMS_MAX and examined < _HAN_EXAMINED_MAX:
+    while pieces and len(terms) < most and examined < _HAN_EXAMINED_MAX:
         for piece in pieces:
             examined += 1
             term = piece[offset : offset + 3]
             if term not in seen:
                 seen.add(term)
                 terms.append(term)
-                if len(terms) == TERMS_MAX:
+                if len(terms) == most:
                     break
         offset += 1
         pieces = [piece for piece in pieces if offset <= len(piece) - 3]

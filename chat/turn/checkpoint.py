@@ -140,7 +140,7 @@ class LoopWindow:
                 len(self.rounds),
             )
             return messages
-        cap = max(CHECKPOINT_MIN_RUNES, min(self.cfg.summary_max_runes, self.threshold // 4))
+        cap = max(CHECKPOINT_MIN_RUNES, min(self.cfg.summary_cap_runes, self.threshold // 4))
         input_cap = max(4000, self.cfg.input_budget_runes - cap)
         started = time.monotonic()
         try:

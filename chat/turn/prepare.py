@@ -8,16 +8,20 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from chat import hooks
 from chat.context import (
     ContextState,
     Payload,
     PayloadTooLarge,
+    Recaller,
     context_compaction_decide,
     context_payload_build,
     context_state_read,
     context_window_probe_start,
 )
+from chat.search.recall_auto import recall_auto
 from chat.turn.rows import Prepared, Turn
 
 logger = logging.getLogger("chat.reply")
@@ -40,7 +44,7 @@ def turn_prepare(turn: Turn) -> Prepared:
     )
     if prepared.compaction != "now":
         try:
-            prepared.payload = context_payload_build(state=state)
+            prepared.payload = context_payload_build(state=state, recall=turn_recaller())
         except PayloadTooLarge as exc:
             prepared.too_large = str(exc)
     return prepared
@@ -62,9 +66,14 @@ class Attempt:
     def rebuild(self, state: ContextState) -> None:
         self.state = state
         try:
-            self.payload = context_payload_build(state=state)
+            self.payload = context_payload_build(state=state, recall=turn_recaller())
         except PayloadTooLarge as exc:
             self.payload, self.too_large = None, str(exc)
+
+
+def turn_recaller() -> Recaller | None:
+    """Automatic recall for the payload, unless the operator turned it off."""
+    return recall_auto if settings.CHAT_CONTEXT_RECALL else None
 
 
 def turn_started_hooks_run(turn: Turn) -> list[dict[str, Any]]:
