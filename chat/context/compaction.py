@@ -84,7 +84,23 @@ def _chunks(
     and only the in-memory part is summarised. A 10,000-message import cost 94 summarising
     calls of ~50 KB before its payload was steady; now one or two."""
     cut_anchor = state.tail[cut].id if cut < len(state.tail) else None
-    if state.backlog and not settings.CHAT_CONTEXT_RECALL:
+    if state.backlog and settings.CHAT_CONTEXT_RECALL:
+        before = list(state.tail[:cut])
+        if sum(m.runes for m in before) < input_cap:
+            # A read stopped by its row limit: the cut holds little; the newest of the backlog
+            # joins it, so the summary is of something.
+            older, _, _, _ = tail_page(
+                session_id=session.pk,
+                order="-id",
+                limit=TAIL_PAGE,
+                from_id=session.verbatim_since_message_id,
+                below_id=state.tail[0].id,
+            )
+            before = [*reversed(older), *before]
+        newest = _newest_turns(before, runes=2 * input_cap)
+        yield from _chunks_of(newest, input_cap=input_cap, cut_anchor=cut_anchor)
+        return
+    if state.backlog:
         source: Iterator[TailMessage] = itertools.chain(
             _iter_range(
                 session=session, lower=session.verbatim_since_message_id, stop=state.tail[0].id
@@ -93,6 +109,24 @@ def _chunks(
         )
     else:
         source = iter(state.tail[:cut])
+    yield from _chunks_of(source, input_cap=input_cap, cut_anchor=cut_anchor)
+
+
+def _newest_turns(messages: list[TailMessage], *, runes: int) -> Iterator[TailMessage]:
+    """The newest whole turns of `messages` within `runes` (at least the newest turn)."""
+    starts = [i for i, m in enumerate(messages) if m.role == MessageRole.USER] or [0]
+    total, keep = 0, starts[-1]
+    for i in reversed(starts):
+        total = sum(m.runes for m in messages[i:])
+        if total > runes and i != starts[-1]:
+            break
+        keep = i
+    return iter(messages[keep:])
+
+
+def _chunks_of(
+    source: Iterator[TailMessage], *, input_cap: int, cut_anchor: int | None
+) -> Iterator[tuple[list[TailMessage], int]]:
     chunk: list[TailMessage] = []
     chunk_runes = 0
     for msg in source:

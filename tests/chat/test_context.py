@@ -278,7 +278,11 @@ def test_seed_mode_rolls_batch_by_batch(fake_llm, settings):
 
 
 @pytest.mark.django_db
-def test_backlog_beyond_the_read_window_is_folded_in_chunks(fake_llm, settings):
+@pytest.mark.parametrize("recall", [False, True])
+def test_backlog_beyond_the_read_window_is_folded_in_chunks(fake_llm, settings, recall):
+    """Without recall the whole backlog is summarised, in chunks; with it (the default) only its
+    newest part is, in one or two calls, and the rest is archived as it is, for recall."""
+    settings.CHAT_CONTEXT_RECALL = recall
     cfg = ContextConfig(
         input_budget_runes=3000,
         threshold_pct=80,
@@ -296,7 +300,10 @@ def test_backlog_beyond_the_read_window_is_folded_in_chunks(fake_llm, settings):
     session.refresh_from_db()
     state = ctx.context_state_read(session=session)
     assert not state.backlog
-    assert result.messages_rolled >= 100
+    if recall:
+        assert result.llm_calls <= 2
+    else:
+        assert result.messages_rolled >= 100
 
 
 @pytest.mark.django_db
