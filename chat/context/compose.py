@@ -170,7 +170,8 @@ def payload_compose(
         room = min(room, settings.CHAT_CONTEXT_RECALL_MAX_RUNES)
     if room < MIN_RECALL_RUNES:
         return None
-    previous = [m.content for m in tail[max(0, start - 2) : -1][-2:]] if len(tail) > 1 else []
+    # The turn before the new message: "and when was that?" names nothing itself.
+    previous = [m.content for m in tail[-3:-1] if m.role in ("user", "assistant")]
     ask = RecallAsk(
         session_id=state.session.pk,
         owner_id=state.session.owner_id,
