@@ -100,3 +100,24 @@ def test_with_recall_off_an_import_is_summarised_whole(owner, fake_llm, settings
     make_conversation(session, turns=150, words=10)
     result = context_compact(session_id=session.pk, trigger="before_send")
     assert result.outcome == "committed" and result.llm_calls > 2
+
+
+def test_a_10000_message_import_is_steady_after_few_summarising_calls(
+    api, owner, fake_llm, settings
+):
+    """seed_demo or an import: 10,000 messages, no summary, default budget. Its first sends cost
+    94 summarising calls of ~50 KB before (the whole history folded in); now at most 8."""
+    settings.CHAT_CONTEXT = ContextConfig()
+    settings.CHAT_BACKGROUND_COMPACTION = False  # the send waits: the calls are counted here
+    session: ChatSession = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=5000, words=12)
+    for i in range(3):
+        fake_llm.script(f"reply {i}")
+        r = api.post(
+            "/api/v1/chat/send",
+            {"session_id": session.pk, "content": f"question {i} again?"},
+            format="json",
+        )
+        assert r.status_code == 200, r.content
+    assert fake_llm.count("summary") <= 8
+    assert not context_state_fresh(session_id=session.pk).backlog
