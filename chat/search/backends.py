@@ -162,6 +162,23 @@ def _key_sql(scope: Scope) -> tuple[list[str], list[Any]]:
     return clauses, params
 
 
+def window_rows(*, scope: Scope, rows: int) -> list[tuple[int, str, str]]:
+    """The newest `rows` messages of the scope as (id, role, content), newest first, for a
+    caller that matches many terms against them in memory (automatic recall): one statement
+    instead of a scan per term. The ids are chosen by the scope's key alone, as window_bounds
+    does and for the same reason, the filters applied to those ids only."""
+    clauses, params = _key_sql(scope)
+    where, scope_params = _scope_sql(scope)
+    key = f"WHERE {' AND '.join(clauses)} " if clauses else ""
+    found = _fetch(
+        f"SELECT m.id, m.role, m.content FROM chat_messages m WHERE m.id IN ("  # noqa: S608
+        f"SELECT m.id FROM chat_messages m {key}ORDER BY m.id DESC LIMIT %s) AND {where} "
+        "ORDER BY m.id DESC",
+        [*params, rows, *scope_params],
+    )
+    return [(int(mid), str(role), str(content)) for mid, role, content in found]
+
+
 def window_hits(*, scope: Scope, query: str, window: Window, limit: int) -> list[int]:
     """Ids of the window's messages that contain `query`, newest first."""
     where, params = _scope_sql(scope)

@@ -20,31 +20,42 @@ deadline; a slow or failing one adds nothing and never fails a send.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from time import monotonic
 
 from django.db import connection
 
 from chat.context.compose import RecallAsk, Recalled, recall_piece_runes, recall_render
-from chat.context.state import TailMessage
+from chat.errors import SearchTimeout
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
-from chat.search.backends import Scope
+from chat.search.backends import Scope, index_hits, indexable, window_rows
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
-from chat.search.selectors import QUERY_MAX_CHARS, message_ids_search, search_deadline
+from chat.search.selectors import search_deadline
 from chat.search.terms import recall_terms, term_is_identifier, term_stem
 
 logger = logging.getLogger("chat.search")
 
-TERMS_MAX = 10
-CONTEXT_TERMS_MAX = 4
-# Matches asked of the index per term: enough to tell a rare term from a common one, and to
-# find a rare one's every use.
-TERM_HITS = 60
+TERMS_MAX = 8
+CONTEXT_TERMS_MAX = 3
+# The archive's newest rows, matched in memory against every term (one statement).
+WINDOW_ROWS = 1000
+# A term in less of that window than this is rare: the index is asked for its older matches.
+RARE_SHARE = 0.02
+# Matches asked of the index per rare term.
+TERM_HITS = 40
+# Index lookups start only within this much of the recall (it runs before the first token);
+# past it, the window's and the gap's matches stand alone.
+INDEX_SECONDS = 0.15
+# BM25's length normalisation, halfway: a long message matches more terms by chance.
+LENGTH_NORM = 0.5
 # Hits whose neighbours are looked up (one statement): the best ones, which the room can hold.
 NEIGHBOURED_MAX = 120
-NEIGHBOUR_SHARE = 0.5
+# Neighbours up to this far, each at this share of its hit's score by distance.
+NEIGHBOURS = 2
+NEIGHBOUR_SHARES = (0.5, 0.5)
 PHRASE_BONUS = 100.0
 # What one recalled message may take: a long one is cut around its match.
 EXCERPT_RUNES = 1200
@@ -55,13 +66,9 @@ def _weighted_terms(ask: RecallAsk) -> dict[str, float]:
     terms: dict[str, float] = {}
     for text, weight, most in ((ask.query, 1.0, TERMS_MAX), (ask.context, 0.5, CONTEXT_TERMS_MAX)):
         for term in recall_terms(text, most=most):
-            for variant in dict.fromkeys((term, term_stem(term))):
-                terms.setdefault(variant.casefold(), weight)
+            # The stem finds the word too (the matching is by substring): one search, not two.
+            terms.setdefault(term_stem(term).casefold(), weight)
     return terms
-
-
-def _gap_hits(gap: Iterable[TailMessage], term: str) -> list[int]:
-    return [m.id for m in gap if m.role in _ROLES and term in m.content.casefold()]
 
 
 def recall_auto(ask: RecallAsk) -> list[Recalled]:
@@ -88,74 +95,135 @@ def _recall(ask: RecallAsk) -> list[Recalled]:
         if ask.below_id is not None
         else None
     )
+    # The archive's newest rows and the gap, matched in memory: one statement for every term.
+    window = window_rows(scope=scope, rows=WINDOW_ROWS) if scope is not None else []
+    texts = [(mid, content.casefold()) for mid, role, content in window if role in _ROLES]
+    texts += [(m.id, m.content.casefold()) for m in gap]
     scores: dict[int, float] = defaultdict(float)
     matched_by: dict[int, str] = {}
-    phrase = " ".join(ask.query.split())
-    if scope is not None and PHRASE_MIN_CHARS <= len(phrase) <= QUERY_MAX_CHARS:
-        for mid in message_ids_search(scope=scope, query=phrase, limit=8).ids:
+    asked: set[int] = set()  # matched by the new message itself, not only the turn before
+    phrase = " ".join(ask.query.split()).casefold()
+    if len(phrase) >= PHRASE_MIN_CHARS:
+        for mid in [mid for mid, text in texts if phrase in text]:
             scores[mid] += PHRASE_BONUS
             matched_by[mid] = phrase
-    for mid in _gap_hits(gap, phrase.casefold()) if len(phrase) >= PHRASE_MIN_CHARS else []:
-        scores[mid] += PHRASE_BONUS
-        matched_by[mid] = phrase
-    total = max(ask.messages, len(gap), 1)
+            asked.add(mid)
+    lengths = [len(text) for _, text in texts]
+    average = sum(lengths) / len(lengths) if lengths else 1.0
+    length_of = dict(zip((mid for mid, _ in texts), lengths, strict=True))
+    total = max(ask.messages, len(texts), 1)
+    # The window stands for the whole archive where it holds all of it, or where a term is
+    # common in it; a term rare in it is also looked up in the index below it.
+    below_window = (
+        Scope(owner_id=ask.owner_id, session_id=ask.session_id, below_id=window[-1][0])
+        if scope is not None and len(window) >= WINDOW_ROWS
+        else None
+    )
+    started = monotonic()
     for term, weight in terms.items():
-        ids = message_ids_search(scope=scope, query=term, limit=TERM_HITS).ids if scope else []
-        ids += _gap_hits(gap, term)
+        ids = [mid for mid, text in texts if term in text]
+        share = len(ids) / max(len(texts), 1)
+        if below_window is not None and share < RARE_SHARE and indexable(term):
+            if monotonic() - started < INDEX_SECONDS:
+                ids += _index_hits(below_window, term)
+            df = max(len(ids), 1)
+        else:
+            df = max(int(share * total), len(ids), 1)
         if not ids:
             continue
-        idf = math.log(1 + total / len(ids)) * weight * (2.0 if term_is_identifier(term) else 1)
+        # BM25's idf: a term in most messages says next to nothing.
+        idf = math.log(1 + (total - df + 0.5) / (df + 0.5))
+        idf *= weight * (2.0 if term_is_identifier(term) else 1)
         for mid in ids:
-            scores[mid] += idf
+            norm = (1 - LENGTH_NORM) + LENGTH_NORM * length_of.get(mid, average) / average
+            scores[mid] += idf / norm
             matched_by.setdefault(mid, term)
+            if weight == 1.0:
+                asked.add(mid)
+    if any(weight == 1.0 for weight in terms.values()):
+        # The turn before only sharpens what the new message matches ("that bug" after a turn
+        # naming it); alone it would recall what the payload holds already.
+        scores = defaultdict(float, {mid: sc for mid, sc in scores.items() if mid in asked})
     if not scores:
         return []
-    return _fit(ask, gap=gap, scores=scores, matched_by=matched_by)
+    sequence = [mid for mid, _, _ in reversed(window)] + [m.id for m in ask.gap]
+    return _fit(ask, sequence=sequence, scores=scores, matched_by=matched_by)
 
 
-def _neighbours(*, session_id: int, ids: list[int], gap_ids: list[int]) -> dict[int, list[int]]:
-    """For each of `ids`, the ids of the messages just before and after it in the session: from
-    the gap when it is there, else in one statement (two index lookups per id)."""
-    out: dict[int, list[int]] = {}
-    position = {mid: i for i, mid in enumerate(gap_ids)}
+def _index_hits(scope: Scope, term: str) -> list[int]:
+    """The term's newest matches below the window; none when the search runs out of time (the
+    other terms still count)."""
+    try:
+        return index_hits(scope=scope, query=term, limit=TERM_HITS)
+    except SearchTimeout:
+        logger.info("chat_context_recall_term_timeout session=%s", scope.session_id)
+        return []
+
+
+def _neighbours(
+    *, session_id: int, ids: list[int], sequence: list[int]
+) -> dict[int, list[tuple[int, int]]]:
+    """For each of `ids`, the messages up to NEIGHBOURS before and after it in the session, as
+    (id, distance): from `sequence` (the window and the gap, contiguous, in conversation order)
+    when it is there, else in one statement (index lookups on the session's id index)."""
+    out: dict[int, list[tuple[int, int]]] = {}
+    position = {mid: i for i, mid in enumerate(sequence)}
     asked = []
     for mid in ids:
         if mid in position:
             i = position[mid]
-            out[mid] = [gap_ids[j] for j in (i - 1, i + 1) if 0 <= j < len(gap_ids)]
+            out[mid] = [
+                (sequence[i + d], abs(d))
+                for d in range(-NEIGHBOURS, NEIGHBOURS + 1)
+                if d and 0 <= i + d < len(sequence)
+            ]
         else:
             asked.append(mid)
     if asked:
         table = connection.ops.quote_name(ChatMessage._meta.db_table)
-        before = f"(SELECT MAX(id) FROM {table} WHERE session_id = %s AND id < %s)"  # noqa: S608
-        after = f"(SELECT MIN(id) FROM {table} WHERE session_id = %s AND id > %s)"  # noqa: S608
-        sql = "SELECT " + ", ".join(f"{before}, {after}" for _ in asked)
+        probes = [
+            f"(SELECT id FROM {table} WHERE session_id = %s AND id {op} %s "  # noqa: S608
+            f"ORDER BY id {order} LIMIT 1 OFFSET {d - 1})"
+            for op, order in (("<", "DESC"), (">", "ASC"))
+            for d in range(1, NEIGHBOURS + 1)
+        ]
+        sql = "SELECT " + ", ".join(probe for _ in asked for probe in probes)
         params: list[int] = []
         for mid in asked:
-            params += [session_id, mid, session_id, mid]
+            params += [session_id, mid] * len(probes)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
+        distances = [d for _ in (0, 1) for d in range(1, NEIGHBOURS + 1)]
         for k, mid in enumerate(asked):
-            out[mid] = [n for n in row[2 * k : 2 * k + 2] if n is not None]
+            found = row[k * len(probes) : (k + 1) * len(probes)]
+            out[mid] = [(n, d) for n, d in zip(found, distances, strict=True) if n is not None]
     return out
 
 
 def _fit(
-    ask: RecallAsk, *, gap: list[TailMessage], scores: dict[int, float], matched_by: dict[int, str]
+    ask: RecallAsk,
+    *,
+    sequence: list[int],
+    scores: dict[int, float],
+    matched_by: dict[int, str],
 ) -> list[Recalled]:
     ranked = sorted(scores, key=lambda mid: (-scores[mid], -mid))[:NEIGHBOURED_MAX]
-    gap_ids = [m.id for m in gap]
-    near = _neighbours(session_id=ask.session_id, ids=ranked, gap_ids=gap_ids)
-    in_gap = set(gap_ids)
+    near = _neighbours(session_id=ask.session_id, ids=ranked, sequence=sequence)
+
+    # The payload's core starts after the gap (or at the tail when there is no gap).
+    def in_core(n: int) -> bool:
+        if ask.gap:
+            return n > ask.gap[-1].id
+        return ask.below_id is not None and n >= ask.below_id
+
     candidates = {mid: scores[mid] for mid in ranked}
     for mid in ranked:
-        for n in near.get(mid, []):
-            if ask.below_id is not None and n >= ask.below_id and n not in in_gap:
-                continue  # in the payload's core already
-            candidates[n] = max(
-                candidates.get(n, 0.0), scores.get(n, 0.0), scores[mid] * NEIGHBOUR_SHARE
-            )
+        for n, distance in near.get(mid, []):
+            if in_core(n):
+                continue
+            share = NEIGHBOUR_SHARES[distance - 1] * scores[mid]
+            candidates[n] = max(candidates.get(n, 0.0), scores.get(n, 0.0), share)
     rows = (
         ChatMessage.objects.filter(
             session_id=ask.session_id, id__in=list(candidates), role__in=_ROLES
@@ -177,18 +245,29 @@ def _fit(
             continue
         chosen[mid] = piece
         left -= cost
-    return _runs(sorted(chosen.values(), key=lambda m: m.id), near=near, gap_ids=gap_ids)
+    ordered = sorted(chosen.values(), key=lambda m: m.id)
+    return _runs(ordered, pairs=_adjacent_pairs(sequence, near))
 
 
-def _runs(
-    recalled: list[Recalled], *, near: dict[int, list[int]], gap_ids: list[int]
-) -> list[Recalled]:
-    """`recalled` with `follows` set where the message before it in the conversation is the one
-    before it here: one dated header per run of adjacent messages (so the rendering can only
-    shrink from what `_fit` charged)."""
+def _runs(recalled: list[Recalled], *, pairs: set[tuple[int, int]]) -> list[Recalled]:
+    """`recalled` with `follows` set where the message before it here is the one just before it
+    in the conversation (`pairs`: known (before, after) pairs): one dated header per run of
+    adjacent messages (so the rendering can only shrink from what `_fit` charged)."""
     out: list[Recalled] = []
     for m in recalled:
-        prev = out[-1].id if out else None
-        adjacent = prev is not None and (prev in near.get(m.id, []) or m.id in near.get(prev, []))
+        adjacent = bool(out) and (out[-1].id, m.id) in pairs
         out.append(Recalled(m.id, m.role, m.created_at, m.content, follows=adjacent))
     return out
+
+
+def _adjacent_pairs(
+    sequence: list[int], near: dict[int, list[tuple[int, int]]]
+) -> set[tuple[int, int]]:
+    """Every (before, after) pair of messages known to follow each other: the window and the
+    gap's sequence, and each looked-up hit's neighbours in a row."""
+    pairs = set(itertools.pairwise(sequence))
+    for hit, found in near.items():
+        before = sorted(n for n, _ in found if n < hit)
+        after = sorted(n for n, _ in found if n > hit)
+        pairs.update(itertools.pairwise([*before, hit, *after]))
+    return pairs

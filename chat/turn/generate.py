@@ -201,7 +201,8 @@ async def _compact_first(gen: Generation, *, turn: Turn, attempt: Attempt) -> No
         attempt.rows_read += state.rows_read
     if announced:
         gen.publish(compaction_event_end(result, budget=context_budget_from_state(state=state)))
-    attempt.rebuild(state)
+    # Recall reads the database: the rebuild is sync code, in a worker.
+    await in_worker(attempt.rebuild)(state)
 
 
 async def _overflow_recover(
@@ -245,7 +246,8 @@ async def _overflow_recover(
     # the payload was built from.
     state = await in_worker(context_state_fresh)(session_id=session_id, query=query)
     gen.publish(compaction_event_end(result, budget=context_budget_from_state(state=state)))
-    attempt.rebuild(state)
+    # Recall reads the database: the rebuild is sync code, in a worker.
+    await in_worker(attempt.rebuild)(state)
     if attempt.payload is not None:
         return None
     too_large = (

@@ -109,6 +109,8 @@ def test_a_10000_message_import_is_steady_after_few_summarising_calls(
     94 summarising calls of ~50 KB before (the whole history folded in); now at most 8."""
     settings.CHAT_CONTEXT = ContextConfig()
     settings.CHAT_BACKGROUND_COMPACTION = False  # the send waits: the calls are counted here
+    # A 50,000-rune summarising prompt on a loaded machine: a timeout's retry is a call too.
+    settings.LLM_TIMEOUT_SECONDS = settings.LLM_SUMMARY_TIMEOUT_SECONDS = 30.0
     session: ChatSession = ChatSessionFactory.create(owner=owner)
     make_conversation(session, turns=5000, words=12)
     for i in range(3):
