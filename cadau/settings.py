@@ -360,6 +360,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
 }
+# The schema and the Swagger UI are for logged-in users; true serves them to anyone
+# (cadau/apidocs.py).
+API_DOCS_PUBLIC: bool = _bool("API_DOCS_PUBLIC", default=False)
 
 # --- Cadau ----------------------------------------------------------------------------------
 RUNTIME_DIR = Path(env.str("RUNTIME_DIR", default=str(BASE_DIR / "runtime"))).resolve()
