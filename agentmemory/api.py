@@ -23,6 +23,7 @@ from agentmemory.selectors import source_message_for
 from chat.api.agents import AGENT_ID_PATH, ERRORS
 from chat.api.errors import ApiError
 from chat.api.fields import StrictCharField, StrictIntegerField, id_field
+from chat.api.throttles import per_user
 from chat.selectors import agent_for_user
 
 ENTRY_NAME_PATH = OpenApiParameter(
@@ -125,6 +126,8 @@ class DailyNoteView(APIView):
 
 
 class EntryListCreateView(APIView):
+    throttle_classes = [per_user("memory_entry_create")]
+
     @extend_schema(
         operation_id="agent_memory_entries_list",
         parameters=[AGENT_ID_PATH, EntryListQuerySerializer],

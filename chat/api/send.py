@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 from cadau.deferred import DeferredResponse
 from chat.api.errors import exception_handler
 from chat.api.fields import StrictCharField, id_field
+from chat.api.throttles import per_user
 from chat.errors import ChatError
 from chat.selectors import session_for_user
 from chat.services.compaction import compaction_report, session_compact_now
@@ -192,6 +193,8 @@ class RegenerateView(APIView):
 
 class CompactView(APIView):
     """Compact now, optionally with instructions for the summariser ("keep the numbers")."""
+
+    throttle_classes = [per_user("session_compact")]
 
     @extend_schema(request=CompactBody, responses={200: dict})
     def post(self, request: Request, session_id: str) -> HttpResponseBase:
