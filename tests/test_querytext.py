@@ -4,6 +4,8 @@ was searched for as "\ufffd" (200)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx
 import pytest
 from channels.db import database_sync_to_async
@@ -28,7 +30,7 @@ def _client(token: str) -> httpx.AsyncClient:
 
 
 def _setup(owner) -> tuple[str, int]:
-    session = ChatSessionFactory(owner=owner)
+    session: Any = ChatSessionFactory(owner=owner)
     ChatMessageFactory(session=session, content="a \ufffd in the text")
     return Token.objects.create(user=owner).key, session.pk
 
@@ -72,7 +74,7 @@ async def test_a_json_body_that_is_not_utf8_is_a_400_and_stores_nothing(owner):
 
 async def test_pages_outside_the_api_keep_djangos_reading():
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=application),  # type: ignore[arg-type]
+        transport=httpx.ASGITransport(app=application),
         base_url="http://localhost",
     ) as client:
         response = await client.get("/accounts/login/?next=%FF")

@@ -85,7 +85,7 @@ def daphne(transactional_db, tmp_path) -> Iterator[ServerProcess]:
 
 
 def _socket(server: ServerProcess, user: Any) -> Any:
-    session = ChatSessionFactory(owner=user)
+    session: Any = ChatSessionFactory(owner=user)
     client = Client()
     client.force_login(user)
     cookie = client.cookies["sessionid"].value
