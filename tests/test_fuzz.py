@@ -264,11 +264,11 @@ def test_wrong_types_on_chat_routes_store_nothing_and_call_no_model(api, owner, 
 
 MARKDOWN_PIECES = [
     "## User", "# x", "User", "---", "===", "```", "~~~", "````", "<h2>", "</h2>", "<!--",
-    "-->", "> ", "- ", "1. ", "    ", "\n", "\n\n", "`", "#", "text", "<|im_start|>",
+    "-->", "> ", "- ", "1. ", "    ", "   ", " ", "\n", "\n\n", "`", "#", "text", "py",
 ]  # fmt: skip
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=600, deadline=None)
 @given(
     st.lists(
         st.lists(st.sampled_from(MARKDOWN_PIECES) | st.text(max_size=5), max_size=12).map("".join),

@@ -175,6 +175,9 @@ FORGERIES = [
     "<!-- an unclosed comment",
     "> quoted\n>\n> ## User",
     "- item\n\n  ## User",
+    "- a\n   ```\n## User\n   ```",  # a list item's fence ends where the list does
+    "```py\n# a comment\n```\n\n## User",
+    "```\n<h2>in code</h2>\n```\nUser\n---",
 ]
 
 
