@@ -22,6 +22,8 @@ from agentmemory.hooks import entry_payload
 from agentmemory.selectors import source_message_for
 from chat.api.agents import AGENT_ID_PATH, ERRORS
 from chat.api.errors import ApiError
+from chat.api.fields import StrictCharField, StrictIntegerField, id_field
+from chat.api.throttles import per_user
 from chat.selectors import agent_for_user
 
 ENTRY_NAME_PATH = OpenApiParameter(
@@ -43,35 +45,26 @@ class EntryListSerializer(serializers.Serializer):
     results = EntrySerializer(many=True)
 
 
-class StrictCharField(serializers.CharField):
-    """DRF turns 5 into "5"; a memory made of a number someone sent by mistake is not wanted."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return str(super().to_internal_value(data))
-
-
 class EntryCreateSerializer(serializers.Serializer):
     content = StrictCharField(
         required=False, allow_blank=True, trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS
     )
-    source_message_id = serializers.IntegerField(required=False, min_value=1, max_value=2**63 - 1)
+    source_message_id = id_field(required=False)
     tags = serializers.ListField(
-        child=serializers.CharField(max_length=40), required=False, max_length=20
+        child=StrictCharField(max_length=40), required=False, max_length=20
     )
 
 
 class EntryUpdateSerializer(serializers.Serializer):
     content = StrictCharField(trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS)
     tags = serializers.ListField(
-        child=serializers.CharField(max_length=40), required=False, max_length=20
+        child=StrictCharField(max_length=40), required=False, max_length=20
     )
 
 
 class EntryListQuerySerializer(serializers.Serializer):
-    q = serializers.CharField(required=False, allow_blank=True, max_length=2000)
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=200)
+    q = StrictCharField(required=False, allow_blank=True, max_length=2000)
+    limit = StrictIntegerField(required=False, min_value=1, max_value=500, default=200)
 
 
 class DailyQuerySerializer(serializers.Serializer):
@@ -133,6 +126,8 @@ class DailyNoteView(APIView):
 
 
 class EntryListCreateView(APIView):
+    throttle_classes = [per_user("memory_entry_create")]
+
     @extend_schema(
         operation_id="agent_memory_entries_list",
         parameters=[AGENT_ID_PATH, EntryListQuerySerializer],

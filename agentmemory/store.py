@@ -174,11 +174,16 @@ def daily_note_list(*, agent_id: int) -> list[date]:
     root = _root(storage, agent_id)
     if root is None:
         return []
-    _dirs, files = fileio.listdir(storage, paths.memory_dir(root=root))
+    folder = paths.memory_dir(root=root)
+    _dirs, files = fileio.listdir(storage, folder)
     days = []
     for filename in files:
         with contextlib.suppress(UnsafeName):
-            days.append(paths.parse_daily_note_filename(filename))
+            day = paths.parse_daily_note_filename(filename)
+            # As the workspace listing: a note that resolves outside the agent folder (a
+            # symlink planted there) cannot be read, so it is not offered either.
+            paths.filesystem_path(storage=storage, root=root, name=f"{folder}/{filename}")
+            days.append(day)
     return sorted(days, reverse=True)
 
 

@@ -57,6 +57,9 @@ def worker_run(module: str, *args: str, env: dict[str, str], stdin: str | None =
 NO_LIMITS = {
     "THROTTLE_CHAT_SEND": "off",
     "THROTTLE_SESSION_CREATE": "off",
+    "THROTTLE_SESSION_UPDATE": "off",
+    "THROTTLE_SESSION_COMPACT": "off",
+    "THROTTLE_MEMORY_ENTRY_CREATE": "off",
     "THROTTLE_LOGIN_IP": "off",
     "THROTTLE_LOGIN_USERNAME": "off",
     "CHAT_MAX_CONCURRENT_REPLIES": "0",

@@ -24,14 +24,18 @@ from django.urls import get_resolver  # noqa: E402
 
 from cadau.bodylimit import BodySizeLimit  # noqa: E402
 from cadau.origins import SameOriginValidator  # noqa: E402
+from cadau.querytext import QueryTextCheck  # noqa: E402
 from chat.consumers import SERVER_SEND  # noqa: E402
 from chat.llm.transport import mark_loop_long_lived  # noqa: E402
 from chat.routing import websocket_urlpatterns  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
-        # Refused before Django would read all of it (cadau/bodylimit.py).
-        "http": BodySizeLimit(django_asgi_app, max_bytes=settings.HTTP_MAX_BODY_BYTES),
+        # Refused before Django would read all of it (cadau/bodylimit.py); an API query string
+        # that is not UTF-8 before Django reads it as U+FFFD (cadau/querytext.py).
+        "http": QueryTextCheck(
+            BodySizeLimit(django_asgi_app, max_bytes=settings.HTTP_MAX_BODY_BYTES)
+        ),
         # Scheme, host and port of the Origin, not just the host (cadau/origins.py).
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }

@@ -1,12 +1,18 @@
 """`python -m cadau.serve [Daphne's options] cadau.asgi:application`: Daphne, with the event
-loop under its Twisted reactor from uvloop (when installed; it is a dependency off Windows).
+loop under its Twisted reactor from uvloop (when installed; it is a dependency off Windows),
+WebSocket limits that let the app's own ones speak, and refusals of oversized requests in the
+API's JSON error shape.
 
-Why: Daphne runs Twisted on an asyncio loop, and with 200 sockets streaming a token every 20 ms
-the loop's own work (ready queue, selector, transports) was about a quarter of the server's
-CPU; uvloop does it in C. Same Daphne, same options, same ASGI application."""
+Why uvloop: Daphne runs Twisted on an asyncio loop, and with 200 sockets streaming a token every
+20 ms the loop's own work (ready queue, selector, transports) was about a quarter of the
+server's CPU; uvloop does it in C. Same Daphne, same options, same ASGI application."""
 
 import asyncio
 import importlib.util
+import json
+import os
+import sys
+from typing import Any
 
 if importlib.util.find_spec("uvloop") is not None:
     import uvloop
@@ -15,7 +21,90 @@ if importlib.util.find_spec("uvloop") is not None:
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 # Only now (see above): this import creates the loop.
+from daphne import http_protocol
 from daphne.cli import CommandLineInterface
+from twisted.web import http as twisted_http
+
+# What Daphne takes of a WebSocket message above WS_MAX_FRAME_BYTES. Its own default (1 MiB)
+# cut frames the app allows (2.5 MiB) and those just over: both were dropped with a bare close
+# 1009. With the margin the app reads a frame over its cap and answers `bad_request`, the
+# socket staying open; only a frame over cap + margin is Daphne's to refuse.
+WS_LIMIT_MARGIN = 1024 * 1024
+
+
+def websocket_limit() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cadau.settings")
+    from django.conf import settings
+
+    return int(settings.WS_MAX_FRAME_BYTES) + WS_LIMIT_MARGIN
+
+
+class JsonRefusalsChannel(twisted_http.HTTPChannel):
+    """Twisted's HTTP channel, answering what it refuses before the app sees a request in the
+    API's error shape. It reads a request line and each header line up to 16 KiB, and all of
+    them together up to 16 KiB; past that it closed the connection without a word (a long
+    query string got an empty reply) or wrote a bare 400."""
+
+    def lineLengthExceeded(self, line: bytes) -> None:
+        if self._reading_request_line():
+            self._refuse(414, b"URI Too Long", "uri_too_long", "The request line")
+        else:
+            self._refuse(431, b"Request Header Fields Too Large", "headers_too_large", "A header")
+
+    def _respondToBadRequestAndDisconnect(self) -> None:
+        if self._receivedHeaderSize > self.totalHeadersSize:
+            self._refuse(
+                431,
+                b"Request Header Fields Too Large",
+                "headers_too_large",
+                "The request line and headers together",
+            )
+        else:
+            body = {"error": {"code": "bad_request", "message": "The request is not valid HTTP."}}
+            self._write_refusal(400, b"Bad Request", body)
+
+    def _reading_request_line(self) -> bool:
+        # Twisted's own flag (name-mangled): set until a request's first line is parsed.
+        return bool(getattr(self, "_HTTPChannel__first_line", 1))
+
+    def _refuse(self, status: int, reason: bytes, code: str, what: str) -> None:
+        message = f"{what} is over the server's limit of {self.MAX_LENGTH} bytes."
+        self._write_refusal(status, reason, {"error": {"code": code, "message": message}})
+
+    def _write_refusal(self, status: int, reason: bytes, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        head = (
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n" % (status, reason, len(data))
+        )
+        transport: Any = self.transport
+        transport.write(head + data)
+        # Half-close, then read and drop the rest: closing with unread bytes would answer them
+        # with a reset, which can reach the client before the refusal does.
+        for name in ("dataReceived", "lineReceived", "rawDataReceived"):
+            setattr(self, name, _discard)
+        transport.loseWriteConnection()
+        self.setTimeout(5)
+
+
+def _discard(*_args: Any) -> None:
+    return None
+
+
+def _channel(factory: Any) -> Any:
+    # As twisted.web.http._genericHTTPChannelProtocolFactory, with our channel (HTTP/2 is
+    # still negotiated by the wrapper when TLS offers it).
+    return twisted_http._GenericHTTPChannelProtocol(JsonRefusalsChannel())
+
+
+def main(argv: list[str]) -> None:
+    http_protocol.HTTPFactory.protocol = _channel
+    cli = CommandLineInterface()
+    limit = websocket_limit()
+    # Defaults only: --websocket-max-message-size / --websocket-max-frame-size still win.
+    cli.parser.set_defaults(websocket_max_message_size=limit, websocket_max_frame_size=limit)
+    cli.run(argv)
+
 
 if __name__ == "__main__":
-    CommandLineInterface.entrypoint()
+    main(sys.argv[1:])

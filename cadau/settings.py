@@ -251,6 +251,12 @@ _RATE_DEFAULTS = {
     # Message search: the page searches as the user types (debounced), so a burst is normal.
     "message_search": "120/min",
     "agent_create": "10/min",
+    # Renaming a session (PATCH /chat/sessions/{id}): each is a write and a broadcast.
+    "session_update": "30/min",
+    # Compact now: each is a summarising model call, seconds of the model server's time.
+    "session_compact": "10/min",
+    # New agent memory entries over the API: each writes a file and rebuilds the agent's index.
+    "memory_entry_create": "30/min",
     # Messages a user may send (and replies regenerate), REST and WebSocket together.
     "chat_send": "30/min",
 }
@@ -360,6 +366,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
 }
+# The schema and the Swagger UI are for logged-in users; true serves them to anyone
+# (cadau/apidocs.py).
+API_DOCS_PUBLIC: bool = _bool("API_DOCS_PUBLIC", default=False)
 
 # --- Cadau ----------------------------------------------------------------------------------
 RUNTIME_DIR = Path(env.str("RUNTIME_DIR", default=str(BASE_DIR / "runtime"))).resolve()

@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from cadau.apidocs import SchemaView, SwaggerView
 from cadau.logins import login_guarded
 
 urlpatterns = [
@@ -15,8 +15,9 @@ urlpatterns = [
     path("api/v1/", include("chat.api.urls")),
     # An agent's memory: agentmemory's own routes under the agent (chat never imports it).
     path("api/v1/", include("agentmemory.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # Behind login unless API_DOCS_PUBLIC (cadau/apidocs.py).
+    path("api/schema/", SchemaView.as_view(), name="schema"),
+    path("api/docs/", SwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("", include("chat.web.urls")),
 ]
 

@@ -180,6 +180,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self._revoked = False
         # Frames in the current minute, against WS_MAX_FRAMES_PER_MINUTE.
         self._frames = (0, 0)
+        # This side has sent its close: what the client sent before it saw the close, and events
+        # published meanwhile, are dropped (the server would refuse them, `close`).
+        self._closed = False
 
     async def _register(self, *, user_id: int, session_key: str) -> bool:
         """Count the socket against CHAT_MAX_SOCKETS_PER_USER; past it the client is told why
@@ -308,8 +311,18 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self._frames = (minute, count)
         return bool(cap) and count > cap
 
+    async def close(self, code: int | bool | None = None, reason: str | None = None) -> None:
+        """Once this side closed, nothing more goes out: Daphne refuses a send on a closing
+        socket by raising, and a flood of frames queued behind the close (a client closed with
+        4429) was answered one raise, one logged traceback, each."""
+        if self._closed:
+            return
+        self._closed = True
+        self._open = False
+        await super().close(code=code, reason=reason)
+
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if self._revoked:
+        if self._revoked or self._closed:
             return
         if self._over_frame_rate():
             # 5,000 bad frames in a second cost the server as much as 5,000 good ones.
@@ -433,6 +446,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _forward(self, event: dict[str, Any]) -> None:
         """Send a session event to the client, less any part of a reply it already holds."""
+        if self._closed:
+            return
         kind = event.get("type")
         if kind == "delta":
             trimmed = self._unseen(event)

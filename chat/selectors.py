@@ -27,25 +27,14 @@ from chat.errors import NotFound
 from chat.llm import provider_info
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot, MessageRole
 from chat.queries import message_exists, message_rows
+from chat.text import ascii_int
 
 AGENT_LIST_MAX = 500
 
 
-_ID = re.compile(r"[0-9]{1,19}")
-
-
 def _parse_id(value: Any) -> int:
-    # ASCII digits only: int() also takes " 2" and "٢" (Arabic-Indic two), and a path id that
-    # is not written the one way it is printed is a different path.
-    if isinstance(value, bool):
-        raise NotFound()
-    if isinstance(value, int):
-        parsed = value
-    elif isinstance(value, str) and _ID.fullmatch(value):
-        parsed = int(value)
-    else:
-        raise NotFound()
-    if parsed <= 0 or parsed > 2**63 - 1:
+    parsed = ascii_int(value)
+    if parsed is None or parsed <= 0 or parsed > 2**63 - 1:
         raise NotFound()
     return parsed
 

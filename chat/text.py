@@ -15,6 +15,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # Deeper than any request of the API needs; a walk never recurses, but a payload this nested
 # is garbage, not input.
 MAX_JSON_DEPTH = 64
+# Up to 19 digits: every id and count fits a signed 64-bit column.
+_ASCII_INT = re.compile(r"-?[0-9]{1,19}")
 
 
 def text_problem(value: str) -> str | None:
@@ -46,4 +48,19 @@ def json_text_problem(data: Any) -> str | None:
                 stack.append((item, depth + 1, str(key)[:40] if isinstance(key, str) else ""))
         elif isinstance(value, list):
             stack.extend((item, depth + 1, where) for item in value)
+    return None
+
+
+def ascii_int(value: Any) -> int | None:
+    """`value` as an integer when it is written the one way an integer prints: a JSON integer
+    (not a boolean, not 1.0) or a string of ASCII digits ("12", "-3"); else None. int() also
+    takes " 1", "1_0", "١٢" (Arabic-Indic) and "１２" (full-width): an id that parses to
+    another number than the one it shows would send a request somewhere its text does not
+    say, so such values are refused, never guessed."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and _ASCII_INT.fullmatch(value):
+        return int(value)
     return None

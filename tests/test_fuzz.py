@@ -20,6 +20,9 @@ from urllib.parse import quote
 import pytest
 from channels.db import database_sync_to_async
 from django.urls import URLPattern, URLResolver, get_resolver
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from chat.models import Agent, ChatMessage, ChatSession
 from tests.chat.wsclient import loop_left_clean as _loop_left_clean
@@ -60,6 +63,9 @@ def hostile_value(rng: random.Random, ids: list[int], depth: int = 0) -> Any:
         lambda: 2**63 + rng.randint(0, 9),
         lambda: 10**400 if rng.random() < 0.1 else 1e308,
         lambda: rng.choice(["", " ", "0", "٢", " 2", "1e3", "null", "true", "../../etc/passwd"]),
+        # Disguised integers (issue 26): read as numbers by int(), refused by the API.
+        lambda: rng.choice(["١٢", "１２", "1.0", "+1", "1_0", "2 "]) if rng.random() < 0.5 else 1.0,
+        lambda: rng.choice(["<|im_start|>system", "[INST]", "</s>", "\n## User · x\n", "```"]),
         lambda: "a\x00b",
         lambda: "x\ud800y",
         lambda: "汉" * rng.randint(1, 300),
@@ -103,13 +109,10 @@ def fill(template: str, rng: random.Random, ids: list[int]) -> str:
     return _PARAM.sub(one, template)
 
 
-# The API's documentation (Swagger UI, the OpenAPI file) answers in its own formats.
-DOCUMENTS = ("/api/docs/", "/api/schema/")
-
-
 def _assert_answer(response: Any, where: str) -> None:
     assert response.status_code < 500, (where, response.status_code, response.content[:300])
-    if 400 <= response.status_code < 500 and not where.split(" ")[1].startswith(DOCUMENTS):
+    # Every 4xx, the documentation routes' too (cadau/apidocs.py), in the JSON error shape.
+    if 400 <= response.status_code < 500:
         assert response["Content-Type"].startswith("application/json"), where
         body = response.json()
         assert isinstance(body.get("error"), dict) and body["error"].get("code"), (where, body)
@@ -155,6 +158,8 @@ def test_every_route_and_method_answers_hostile_input_with_a_4xx(api, owner, out
                 query = "&".join(
                     f"{rng.choice(KEYS)}="
                     + quote(str(hostile_value(rng, ids))[:300].encode("utf-8", "surrogatepass"))
+                    # Bytes that are not UTF-8 at all (issue 26): a 400, never U+FFFD.
+                    + rng.choice(["", "", "", "%FF", "%C3", "%ED%A0%80"])
                     for _ in range(3)
                 )
                 response = api.get(f"{path}?{query}")
@@ -194,3 +199,143 @@ async def test_every_frame_type_answers_hostile_fields_and_the_socket_survives(o
     output = await ws.receive_output(timeout=0.2) if not await ws.receive_nothing(0.2) else None
     assert output is None or output.get("code") != 1011
     await ws.disconnect()
+
+
+# --- issue 26: strict types, the export, prompts, query text -------------------------------------
+
+WRONG_INTEGERS = [
+    "١٢",
+    "１２",
+    " 1",
+    "1 ",
+    "1.0",
+    "+1",
+    "1_0",
+    "1e0",
+    1.0,
+    1.5,
+    True,
+    None,
+    [1],
+    {},
+]
+WRONG_STRINGS = [12, 0, 1.5, True, False, [], ["a"], {"a": "b"}]
+
+
+def test_wrong_types_on_chat_routes_store_nothing_and_call_no_model(api, owner, fake_llm):
+    """Every id, count and string field of the chat routes' bodies, each given values of the
+    wrong type: a 400 `invalid`, no row added or changed, no model call."""
+    session = ChatSessionFactory(owner=owner, title="kept")
+    make_conversation(session, turns=1)
+    last = ChatMessage.objects.filter(session=session).order_by("-id").first()
+    assert last is not None
+    valid = {"session_id": session.pk, "message_id": last.pk}
+    sessions = f"/api/v1/chat/sessions/{session.pk}"
+    ids, send = ["session_id", "message_id"], {**valid, "content": "hi", "client_id": "c"}
+    routes: list[tuple[str, str, dict[str, Any], list[str], list[str]]] = [
+        ("post", "/api/v1/chat/send", send, ["session_id"], ["content", "client_id"]),
+        ("post", "/api/v1/chat/regenerate", valid, ids, []),
+        ("post", "/api/v1/chat/truncate", valid, ids, []),
+        ("post", "/api/v1/chat/sessions", {"title": "t"}, ["agent_id"], ["title"]),
+        ("patch", sessions, {"title": "t"}, [], ["title"]),
+        ("post", f"{sessions}/compact", {"instructions": "x"}, [], ["instructions"]),
+    ]
+    before = (
+        list(ChatMessage.objects.values().order_by("id")),
+        list(ChatSession.objects.values("id", "title").order_by("id")),
+    )
+    rng = random.Random(SEED)
+    for method, path, body, int_fields, str_fields in routes:
+        cases = [(f, v) for f in int_fields for v in WRONG_INTEGERS]
+        cases += [(f, v) for f in str_fields for v in WRONG_STRINGS]
+        for field, value in rng.sample(cases, min(len(cases), 12)):
+            if value is None and field == "agent_id":
+                continue  # a session without an agent: null is its documented value
+            response = getattr(api, method)(path, {**body, field: value}, format="json")
+            where = f"{method.upper()} {path} {field}={value!r}"
+            assert response.status_code == 400, (where, response.content[:300])
+            assert response.json()["error"]["code"] == "invalid", where
+    after = (
+        list(ChatMessage.objects.values().order_by("id")),
+        list(ChatSession.objects.values("id", "title").order_by("id")),
+    )
+    assert after == before and fake_llm.count() == 0
+
+
+MARKDOWN_PIECES = [
+    "## User", "# x", "User", "---", "===", "```", "~~~", "````", "<h2>", "</h2>", "<!--",
+    "-->", "> ", "- ", "1. ", "    ", "   ", " ", "\n", "\n\n", "`", "#", "text", "py",
+]  # fmt: skip
+
+
+@hsettings(max_examples=600, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(MARKDOWN_PIECES) | st.text(max_size=5), max_size=12).map("".join),
+        min_size=1,
+        max_size=4,
+    ),
+    st.text(max_size=20),
+)
+def test_no_message_text_or_tool_name_adds_or_hides_an_export_heading(contents, tool_name):
+    from datetime import UTC, datetime
+
+    from markdown_it import MarkdownIt
+
+    from chat.api.export import _markdown_head, _markdown_message
+    from chat.models import MessageRole
+
+    when = datetime(2026, 12, 5, tzinfo=UTC)
+    session = ChatSession(pk=1, title="t", created_at=when)
+    messages = [
+        ChatMessage(role=MessageRole.USER, content=text, created_at=when) for text in contents
+    ]
+    messages.append(
+        ChatMessage(
+            role=MessageRole.ASSISTANT,
+            content="",
+            created_at=when,
+            tool_calls=[{"function": {"name": tool_name, "arguments": contents[0]}}],
+        )
+    )
+    markdown = _markdown_head(session, when) + "".join(_markdown_message(m) for m in messages)
+    html = MarkdownIt("commonmark", {"html": True}).render(markdown)
+    assert re.findall(r"<h([1-6])>", html) == ["1"] + ["2"] * len(messages), markdown
+
+
+SPECIAL_PIECES = ["<", "|", "｜", ">", "[", "]", "/", "im_start", "INST", "s", "SYS", "eot_id"]
+
+
+@hsettings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(SPECIAL_PIECES) | st.text(max_size=3), max_size=30).map("".join))
+def test_no_composition_of_marker_pieces_reaches_the_model_as_a_marker(text):
+    from chat.llm.special import ZWJ, text_neutralised
+
+    out = text_neutralised(text)
+    assert out.replace(ZWJ, "") == text.replace(ZWJ, "")
+    for marker in ("<|im_start|>", "[INST]", "[/INST]", "</s>", "<s>", "<<SYS>>", "<|eot_id|>"):
+        assert marker not in out
+
+
+@hsettings(max_examples=500, deadline=None)
+@given(st.binary(max_size=40))
+def test_query_strings_are_utf8_exactly_when_their_bytes_are(raw):
+    from cadau.querytext import query_string_is_utf8
+
+    try:
+        raw.decode("utf-8")
+        expected = True
+    except UnicodeDecodeError:
+        expected = False
+    assert query_string_is_utf8(b"q=" + quote(raw).encode()) is expected
+
+
+@hsettings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(max_size=25), st.integers(), st.floats(), st.booleans(), st.none()))
+def test_an_id_is_read_only_from_what_prints_as_it(value):
+    from chat.text import ascii_int
+
+    parsed = ascii_int(value)
+    if parsed is not None:
+        assert not isinstance(value, (bool, float))
+        assert isinstance(value, int) or re.fullmatch(r"-?[0-9]+", value)

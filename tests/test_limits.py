@@ -18,7 +18,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from cadau import limits, rates
-from tests.factories import UserFactory
+from tests.factories import AgentFactory, ChatSessionFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "/api/v1/auth/token"
@@ -101,8 +101,10 @@ def test_defaults_and_overrides_from_the_environment():
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
         "[('agent_create', '10/min'), ('chat_send', '30/min'), ('context_read', '120/min'), "
-        "('login_ip', '20/min'), ('login_username', '10/min'), ('message_search', '120/min'), "
-        "('session_create', '30/min'), ('session_export', '10/min')] 5 900"
+        "('login_ip', '20/min'), ('login_username', '10/min'), "
+        "('memory_entry_create', '30/min'), ('message_search', '120/min'), "
+        "('session_compact', '10/min'), ('session_create', '30/min'), "
+        "('session_export', '10/min'), ('session_update', '30/min')] 5 900"
     )
     done = _child({"THROTTLE_SESSION_CREATE": "off", "THROTTLE_LOGIN_IP": "3/s"}, code)
     assert "('session_create', 'off')" in done.stdout and "('login_ip', '3/s')" in done.stdout
@@ -277,6 +279,42 @@ def test_agent_creation_is_throttled_per_user(settings, clock, api):
         assert api.post(AGENTS, {"name": f"a{n}"}, format="json").status_code == 201
     _assert_429(api.post(AGENTS, {"name": "a3"}, format="json"))
     assert api.get(AGENTS).status_code == 200
+
+
+def test_title_changes_are_throttled_per_user(settings, clock, api, owner):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "session_update": "3/min"}
+    session = ChatSessionFactory(owner=owner)
+    path = f"{SESSIONS}/{session.pk}"
+    for n in range(3):
+        assert api.patch(path, {"title": f"t{n}"}, format="json").status_code == 200
+    _assert_429(api.patch(path, {"title": "t3"}, format="json"))
+    session.refresh_from_db()
+    assert session.title == "t2"
+    # Reading is not renaming.
+    assert api.get(path).status_code == 200
+    clock.advance(60)
+    assert api.patch(path, {"title": "t4"}, format="json").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_compact_now_is_throttled_per_user(settings, clock, api, owner, fake_llm):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "session_compact": "2/min"}
+    path = f"{SESSIONS}/{ChatSessionFactory(owner=owner).pk}/compact"
+    for _ in range(2):
+        assert api.post(path, {}, format="json").status_code == 200
+    _assert_429(api.post(path, {}, format="json"))
+    assert fake_llm.count() == 0
+
+
+def test_memory_entry_creation_is_throttled_per_user(settings, clock, api, owner, tmp_path):
+    settings.RUNTIME_DIR = tmp_path
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "memory_entry_create": "2/min"}
+    path = f"{AGENTS}/{AgentFactory(owner=owner).pk}/memory/entries"
+    for n in range(2):
+        response = api.post(path, {"content": f"fact number {n} is distinct"}, format="json")
+        assert response.status_code == 201, response.content[:300]
+    _assert_429(api.post(path, {"content": "another fact"}, format="json"))
+    assert len(api.get(path).json()["results"]) == 2
 
 
 def test_off_means_unlimited(settings, clock, api):

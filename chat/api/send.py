@@ -23,6 +23,8 @@ from rest_framework.views import APIView
 
 from cadau.deferred import DeferredResponse
 from chat.api.errors import exception_handler
+from chat.api.fields import StrictCharField, id_field
+from chat.api.throttles import per_user
 from chat.errors import ChatError
 from chat.selectors import session_for_user
 from chat.services.compaction import compaction_report, session_compact_now
@@ -49,22 +51,20 @@ STREAMING_RENDERERS = [JSONRenderer, EventStreamRenderer]
 
 
 class SendBody(serializers.Serializer):
-    session_id = serializers.IntegerField(min_value=1)
+    session_id = id_field()
     # Its length and text are the turn service's to check (CHAT_MAX_MESSAGE_RUNES), alike for
     # the WebSocket.
-    content = serializers.CharField(trim_whitespace=False, allow_blank=True)
-    client_id = serializers.CharField(
-        required=False, allow_null=True, allow_blank=True, max_length=64
-    )
+    content = StrictCharField(trim_whitespace=False, allow_blank=True)
+    client_id = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=64)
 
 
 class RegenerateBody(serializers.Serializer):
-    session_id = serializers.IntegerField(min_value=1)
-    message_id = serializers.IntegerField(min_value=1, required=False)
+    session_id = id_field()
+    message_id = id_field(required=False)
 
 
 class CompactBody(serializers.Serializer):
-    instructions = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    instructions = StrictCharField(required=False, allow_blank=True, max_length=2000)
 
 
 def _wants_stream(request: Request) -> bool:
@@ -193,6 +193,8 @@ class RegenerateView(APIView):
 
 class CompactView(APIView):
     """Compact now, optionally with instructions for the summariser ("keep the numbers")."""
+
+    throttle_classes = [per_user("session_compact")]
 
     @extend_schema(request=CompactBody, responses={200: dict})
     def post(self, request: Request, session_id: str) -> HttpResponseBase:

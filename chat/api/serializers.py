@@ -10,11 +10,11 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from chat.api.fields import StrictCharField, StrictIntegerField, id_field
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
 from chat.selectors import session_budget
 from chat.shapes import message_payload
 
-MAX_DB_ID = 2**63 - 1
 TITLE_MAX: int = ChatSession._meta.get_field("title").max_length or 200
 
 
@@ -100,34 +100,30 @@ class SnapshotSerializer(serializers.ModelSerializer):
         return data
 
 
-def _id_field(**kwargs: Any) -> serializers.IntegerField:
-    return serializers.IntegerField(min_value=1, max_value=MAX_DB_ID, **kwargs)
-
-
 # --- requests -----------------------------------------------------------------------------------
 
 
 class SessionListQuerySerializer(serializers.Serializer):
-    limit = serializers.IntegerField(min_value=1, max_value=100, default=20)
-    cursor = serializers.CharField(required=False)
+    limit = StrictIntegerField(min_value=1, max_value=100, default=20)
+    cursor = StrictCharField(required=False)
 
 
 class SessionCreateSerializer(serializers.Serializer):
-    title = serializers.CharField(max_length=TITLE_MAX, required=False, allow_blank=True)
-    agent_id = _id_field(required=False, allow_null=True)
+    title = StrictCharField(max_length=TITLE_MAX, required=False, allow_blank=True)
+    agent_id = id_field(required=False, allow_null=True)
 
 
 class SessionUpdateSerializer(serializers.Serializer):
-    title = serializers.CharField(max_length=TITLE_MAX, allow_blank=False)
+    title = StrictCharField(max_length=TITLE_MAX, allow_blank=False)
 
 
 class HistoryQuerySerializer(serializers.Serializer):
-    session_id = _id_field()
-    limit = serializers.IntegerField(min_value=1, max_value=200, default=50)
-    before = serializers.CharField(required=False, help_text="older_cursor of a previous page")
-    after = serializers.CharField(required=False, help_text="newer_cursor of a previous page")
-    around = _id_field(required=False, help_text="a message id: the window centred on it")
-    cursor = serializers.CharField(required=False, help_text="Deprecated alias of `before`.")
+    session_id = id_field()
+    limit = StrictIntegerField(min_value=1, max_value=200, default=50)
+    before = StrictCharField(required=False, help_text="older_cursor of a previous page")
+    after = StrictCharField(required=False, help_text="newer_cursor of a previous page")
+    around = id_field(required=False, help_text="a message id: the window centred on it")
+    cursor = StrictCharField(required=False, help_text="Deprecated alias of `before`.")
     render = serializers.ChoiceField(
         choices=["html"],
         required=False,
@@ -146,33 +142,33 @@ class HistoryQuerySerializer(serializers.Serializer):
 class SearchQuerySerializer(serializers.Serializer):
     # The text's own rules (length, trimming) are the selector's, so REST and the model's tool
     # refuse the same queries with the same words; here only its type and a hard size cap.
-    q = serializers.CharField(
+    q = StrictCharField(
         allow_blank=True, trim_whitespace=False, max_length=1000, help_text="Text to find."
     )
-    session_id = _id_field(required=False, help_text="Only this session's messages.")
+    session_id = id_field(required=False, help_text="Only this session's messages.")
     role = serializers.ChoiceField(choices=["user", "assistant", "tool"], required=False)
-    before = serializers.CharField(required=False, help_text="next_cursor of a previous page")
-    limit = serializers.IntegerField(min_value=1, max_value=50, default=20)
+    before = StrictCharField(required=False, help_text="next_cursor of a previous page")
+    limit = StrictIntegerField(min_value=1, max_value=50, default=20)
 
 
 class TurnsQuerySerializer(serializers.Serializer):
-    session_id = _id_field()
-    limit = serializers.IntegerField(min_value=1, max_value=1000, default=200)
-    cursor = serializers.CharField(required=False)
+    session_id = id_field()
+    limit = StrictIntegerField(min_value=1, max_value=1000, default=200)
+    cursor = StrictCharField(required=False)
 
 
 class TruncateRequestSerializer(serializers.Serializer):
-    session_id = _id_field()
-    message_id = _id_field()
+    session_id = id_field()
+    message_id = id_field()
 
 
 class SnapshotsQuerySerializer(serializers.Serializer):
-    before = _id_field(required=False)
-    limit = serializers.IntegerField(min_value=1, max_value=50, default=20)
+    before = id_field(required=False)
+    limit = StrictIntegerField(min_value=1, max_value=50, default=20)
 
 
 class ContextQuerySerializer(serializers.Serializer):
-    snapshots_limit = serializers.IntegerField(min_value=0, max_value=100, default=20)
+    snapshots_limit = StrictIntegerField(min_value=0, max_value=100, default=20)
 
 
 # --- responses (schema) -------------------------------------------------------------------------

@@ -76,6 +76,8 @@ class SessionListCreateView(APIView):
 
 
 class SessionDetailView(APIView):
+    throttle_classes = [per_user("session_update", methods=("PATCH",))]
+
     @extend_schema(
         operation_id="chat_sessions_retrieve",
         parameters=[_SESSION_ID_PATH],

@@ -28,6 +28,7 @@ from chat.llm.base import (
     is_summary_request,
 )
 from chat.llm.reasoning import ThinkSplitter, strip_think
+from chat.llm.special import messages_neutralised
 
 _TOOLS_REFUSED = re.compile(
     r"\btool(s|_choice|_calls?)?\b.*\b(support|unrecognized|not allowed|unknown|invalid)"
@@ -386,7 +387,8 @@ class _Codec:
         tools: list[dict[str, Any]] | None = None,
         temperature: float | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"messages": messages}
+        # Control tokens made inert in every text, whoever wrote it (chat/llm/special.py).
+        body: dict[str, Any] = {"messages": messages_neutralised(messages)}
         chosen = self.pick_model(messages=messages, model=model)
         if chosen:
             # llama.cpp and single-model vLLM accept no model at all; sending "" is rejected.

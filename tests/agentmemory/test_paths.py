@@ -328,6 +328,19 @@ def test_symlinked_entry_and_daily_note_are_refused(runtime: Path, outside: Path
     assert (outside / "secret.txt").read_text() == "top secret"
 
 
+def test_a_symlinked_daily_note_is_not_listed(runtime: Path, outside: Path):
+    """As the workspace listing: a day that cannot be read is not offered. (It was listed.)"""
+    store.daily_note_append(agent_id=AGENT, day=date(2025, 1, 2), heading="h", body="real")
+    memory = agent_dir(runtime, 7) / "memory"
+    (memory / "2025-01-01.md").symlink_to(outside / "secret.txt")
+    (memory / "2025-01-03.md").symlink_to(outside / "missing.txt")
+    # A link that stays inside the agent's folder can be read, so it is listed.
+    (memory / "2025-01-04.md").symlink_to(memory / "2025-01-02.md")
+    days = store.daily_note_list(agent_id=AGENT)
+    assert days == [date(2025, 1, 4), date(2025, 1, 2)]
+    assert "real" in store.daily_note_read(agent_id=AGENT, day=date(2025, 1, 4))
+
+
 def test_symlinked_memory_folder_pointing_outside_is_refused(runtime: Path, outside: Path):
     (agent_dir(runtime, 7) / "memory").symlink_to(outside, target_is_directory=True)
     with pytest.raises(UnsafeName):

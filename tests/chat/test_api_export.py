@@ -161,3 +161,63 @@ def test_markdown_cannot_be_broken_by_a_title_or_tool_arguments(api, owner):
     assert [line for line in outside.splitlines() if line.startswith("## ")] == [
         line for line in outside.splitlines() if line.startswith("## Assistant")
     ]
+
+
+FORGERIES = [
+    "ok\n\n## User · 2026-01-01 00:00 UTC\n\nforged question",
+    "   ## Assistant",
+    "User\n----",
+    "Assistant\n===",
+    "<h2>User</h2>",
+    "text <h2>inline</h2> more",
+    "```\nan unclosed fence swallows the next turn's heading",
+    "~~~",
+    "<!-- an unclosed comment",
+    "> quoted\n>\n> ## User",
+    "- item\n\n  ## User",
+    "- a\n   ```\n## User\n   ```",  # a list item's fence ends where the list does
+    "```py\n# a comment\n```\n\n## User",
+    "```\n<h2>in code</h2>\n```\nUser\n---",
+]
+
+
+def _headings(text: str) -> list[str]:
+    """Every heading a CommonMark renderer (raw HTML on, as most are) shows in `text`."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark", {"html": True}).render(text)
+    return re.findall(r"<h([1-6])>", html)
+
+
+@pytest.mark.parametrize("content", FORGERIES)
+def test_message_content_cannot_add_or_hide_headings(api, owner, content):
+    session = ChatSessionFactory(owner=owner)
+    ChatMessage.objects.create(session=session, role=MessageRole.USER, content=content)
+    ChatMessage.objects.create(session=session, role=MessageRole.ASSISTANT, content="reply")
+    text = streamed_body(api.get(_url(session.pk))).decode()
+    assert _headings(text) == ["1", "2", "2"], text
+    assert content in text  # kept word for word (fenced)
+
+
+@pytest.mark.parametrize(
+    "name", ["x\n\n## User · fake", "`\n## Assistant", "a``b\n<h2>x</h2>", "## Tool"]
+)
+def test_a_tool_name_cannot_add_headings(api, owner, name):
+    session = ChatSessionFactory(owner=owner)
+    ChatMessage.objects.create(
+        session=session,
+        role=MessageRole.ASSISTANT,
+        content="",
+        tool_calls=[{"function": {"name": name, "arguments": "{}"}}],
+    )
+    ChatMessage.objects.create(session=session, role=MessageRole.TOOL, content="done")
+    text = streamed_body(api.get(_url(session.pk))).decode()
+    assert _headings(text) == ["1", "2", "2"], text
+
+
+def test_ordinary_markdown_stays_markdown(api, owner):
+    session = ChatSessionFactory(owner=owner)
+    reply = "Some **bold**, a list:\n\n- one\n- two\n\n```python\nprint(1)\n```\n\n---\n\na < b"
+    ChatMessage.objects.create(session=session, role=MessageRole.ASSISTANT, content=reply)
+    text = streamed_body(api.get(_url(session.pk))).decode()
+    assert f"\n{reply}\n" in text and "````" not in text
