@@ -42,13 +42,16 @@ TERMS_MAX = 8
 CONTEXT_TERMS_MAX = 3
 # The archive's newest rows, matched in memory against every term (one statement).
 WINDOW_ROWS = 1000
-# A term in less of that window than this is rare: the index is asked for its older matches.
-RARE_SHARE = 0.02
+# A term in less of that window than this is rare: the index is asked for its older matches,
+# for the rarest INDEX_TERMS_MAX such terms (on PostgreSQL a trigram lookup costs with the
+# matches it sorts: rare terms only).
+RARE_SHARE = 0.005
+INDEX_TERMS_MAX = 3
 # Matches asked of the index per rare term.
 TERM_HITS = 40
 # Index lookups start only within this much of the recall (it runs before the first token);
 # past it, the window's and the gap's matches stand alone.
-INDEX_SECONDS = 0.15
+INDEX_SECONDS = 0.05
 # BM25's length normalisation, halfway: a long message matches more terms by chance.
 LENGTH_NORM = 0.5
 # Hits whose neighbours are looked up (one statement): the best ones, which the room can hold.
@@ -56,6 +59,8 @@ NEIGHBOURED_MAX = 120
 # Neighbours up to this far, each at this share of its hit's score by distance.
 NEIGHBOURS = 2
 NEIGHBOUR_SHARES = (0.5, 0.5)
+# How far in id a neighbour looked up in the database may be (other sessions write between).
+NEIGHBOUR_SPAN = 16
 PHRASE_BONUS = 100.0
 # What one recalled message may take: a long one is cut around its match.
 EXCERPT_RUNES = 1200
@@ -119,16 +124,21 @@ def _recall(ask: RecallAsk) -> list[Recalled]:
         if scope is not None and len(window) >= WINDOW_ROWS
         else None
     )
+    found = {term: [mid for mid, text in texts if term in text] for term in terms}
+    share = {term: len(ids) / max(len(texts), 1) for term, ids in found.items()}
+    rare = sorted(
+        (t for t in terms if below_window is not None and share[t] < RARE_SHARE and indexable(t)),
+        key=lambda t: (share[t], -len(t)),
+    )[:INDEX_TERMS_MAX]
     started = monotonic()
     for term, weight in terms.items():
-        ids = [mid for mid, text in texts if term in text]
-        share = len(ids) / max(len(texts), 1)
-        if below_window is not None and share < RARE_SHARE and indexable(term):
-            if monotonic() - started < INDEX_SECONDS:
-                ids += _index_hits(below_window, term)
+        ids = found[term]
+        if term in rare:
+            if below_window is not None and monotonic() - started < INDEX_SECONDS:
+                ids = ids + _index_hits(below_window, term)
             df = max(len(ids), 1)
         else:
-            df = max(int(share * total), len(ids), 1)
+            df = max(int(share[term] * total), len(ids), 1)
         if not ids:
             continue
         # BM25's idf: a term in most messages says next to nothing.
@@ -180,25 +190,43 @@ def _neighbours(
         else:
             asked.append(mid)
     if asked:
-        table = connection.ops.quote_name(ChatMessage._meta.db_table)
-        probes = [
-            f"(SELECT id FROM {table} WHERE session_id = %s AND id {op} %s "  # noqa: S608
-            f"ORDER BY id {order} LIMIT 1 OFFSET {d - 1})"
-            for op, order in (("<", "DESC"), (">", "ASC"))
-            for d in range(1, NEIGHBOURS + 1)
-        ]
-        sql = "SELECT " + ", ".join(probe for _ in asked for probe in probes)
-        params: list[int] = []
-        for mid in asked:
-            params += [session_id, mid] * len(probes)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
-        distances = [d for _ in (0, 1) for d in range(1, NEIGHBOURS + 1)]
-        for k, mid in enumerate(asked):
-            found = row[k * len(probes) : (k + 1) * len(probes)]
-            out[mid] = [(n, d) for n, d in zip(found, distances, strict=True) if n is not None]
+        _neighbours_looked_up(session_id=session_id, ids=asked, out=out)
     return out
+
+
+def _neighbours_looked_up(
+    *, session_id: int, ids: list[int], out: dict[int, list[tuple[int, int]]]
+) -> None:
+    """The neighbours of archive hits older than the window, in one statement: the session's ids
+    within NEIGHBOUR_SPAN of each hit (ranges on the session's id index; a correlated lookup per
+    neighbour cost PostgreSQL 0.25-0.5 s to plan for 120 hits). A session's consecutive messages
+    are near each other in id unless many other sessions wrote between them: a neighbour that
+    far is left out."""
+    ranges: list[tuple[int, int]] = []
+    for mid in sorted(ids):
+        low, high = mid - NEIGHBOUR_SPAN, mid + NEIGHBOUR_SPAN
+        if ranges and low <= ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], high)
+        else:
+            ranges.append((low, high))
+    table = connection.ops.quote_name(ChatMessage._meta.db_table)
+    between = " OR ".join(["id BETWEEN %s AND %s"] * len(ranges))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {table} WHERE session_id = %s AND ({between}) ORDER BY id",  # noqa: S608
+            [session_id, *(bound for pair in ranges for bound in pair)],
+        )
+        near = [row[0] for row in cursor.fetchall()]
+    position = {mid: i for i, mid in enumerate(near)}
+    for mid in ids:
+        i = position.get(mid)
+        if i is None:
+            continue
+        out[mid] = [
+            (near[i + d], abs(d))
+            for d in range(-NEIGHBOURS, NEIGHBOURS + 1)
+            if d and 0 <= i + d < len(near) and abs(near[i + d] - mid) <= NEIGHBOUR_SPAN
+        ]
 
 
 def _fit(
