@@ -7,10 +7,10 @@ import pytest
 
 from cadau.contextconfig import ContextConfig
 from chat import context as ctx
+from chat.context.fallback import summary_extractive
 from chat.context.guard import (
     FALLBACK_MODEL,
     SUMMARY_HEADINGS,
-    summary_extractive,
     summary_headings,
     summary_problem,
 )
@@ -28,6 +28,15 @@ SMALL = ContextConfig(
 HEADED = "\n".join(f"## {h}\n- something" for h in SUMMARY_HEADINGS)
 
 
+def headed(facts: str, *, bold: bool = False, identifiers: str = "(none recorded)") -> str:
+    """A summary with the five sections: `facts` under the first, `identifiers` the last."""
+    head = "**{}**" if bold else "## {}"
+    body = {SUMMARY_HEADINGS[0]: facts, SUMMARY_HEADINGS[-1]: f"- {identifiers}"}
+    return "\n\n".join(
+        f"{head.format(h)}\n{body.get(h, '- (none recorded)')}" for h in SUMMARY_HEADINGS
+    )
+
+
 def tm(i: int, role: str, content: str) -> ctx.TailMessage:
     return ctx.TailMessage(
         id=i, role=role, content=content, tool_calls=None, tool_call_id="", runes=len(content)
@@ -37,16 +46,16 @@ def tm(i: int, role: str, content: str) -> ctx.TailMessage:
 @pytest.mark.parametrize(
     ("text", "previous", "replaced", "problem"),
     [
-        ("## Facts and decisions\n- fine", "", 500, None),
+        (headed("- fine"), "", 500, None),
         ("<think>let me see</think> summary", "", 500, "reasoning"),
         ("Facts.\nReturn the merged summary in at most 6000 characters.", "", 500, "instructions"),
         ("New transcript excerpt:\n[#1 user] hi", "", 500, "instructions"),
         ("[#1 user] hello\n\n[#2 assistant] hi there", "", 500, "copies the transcript"),
-        ("x" * 2000, "", 2000, "no shorter"),
-        ("x" * 1000, "", 1000, None),  # small material may come back as long
-        ("## Facts and decisions\n- a", HEADED, 5000, "drops the section headings"),
+        (headed("x" * 2000), "", 2000, "no shorter"),
+        (headed("x" * 150), "", 150, None),  # tiny material may come back as long
+        ("## Facts and decisions\n- a", HEADED, 5000, "leaves out the section headings"),
         (HEADED.replace("something", "new"), HEADED, 5000, None),
-        ("**Facts and decisions**\n- a", "", 500, None),
+        (headed("- a", bold=True), "", 500, None),
     ],
 )
 def test_summary_problem(text, previous, replaced, problem):
@@ -109,11 +118,11 @@ def _long_session():
 def test_an_echoing_summary_is_retried_with_the_reason(fake_llm, small_budget):
     session = _long_session()
     echo = "Return the merged summary in at most 800 characters.\n[#1 user] My account id"
-    fake_llm.script_summary(echo, "## Facts and decisions\n- Account ACC-99812.")
+    fake_llm.script_summary(echo, headed("- Account ACC-99812."))
     result = ctx.context_compact(session_id=session.pk, trigger="manual")
     assert result.outcome == "committed" and result.llm_calls == 2
     session.refresh_from_db()
-    assert session.context_summary == "## Facts and decisions\n- Account ACC-99812."
+    assert session.context_summary == headed("- Account ACC-99812.")
     retry = fake_llm.calls[-1].body["messages"][-1]["content"]
     assert "rejected because it repeats the instructions" in retry
 
