@@ -95,6 +95,13 @@ def identifiers_find(text: str) -> list[str]:
     return unique
 
 
+def identifier_listable(identifier: str) -> bool:
+    """Worth listing on its own, without the sentence it came from: not a bare small number
+    ("14" or "18个" says nothing alone; "8443", "3000 元", "v2" and "2026-12-31" do)."""
+    number = identifier.rstrip("万亿元个条次天年月日号岁").strip()
+    return not (number.isdigit() and len(number) <= 3)
+
+
 def identifier_key(text: str) -> str:
     """How identifiers are compared: case, spaces, thousands commas and dash styles aside
     ("3,000" is "3000", "KX–4471" is "kx-4471")."""

@@ -17,12 +17,13 @@ was rejected (chat/context/merge.py). It must never make the summary worse, roun
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from chat.context.facts import (
     clause_cut,
     identifier_key,
+    identifier_listable,
     identifiers_find,
     sentence_kind,
     sentence_weight,
@@ -36,6 +37,10 @@ _FACTS, _TASKS, _PREFERENCES, _QUESTIONS, _IDENTIFIERS = SUMMARY_HEADINGS
 _SECTION_OF_KIND = {"fact": _FACTS, "task": _TASKS, "preference": _PREFERENCES}
 _ROLE = re.compile(r"^(user|assistant|tool|system|summary):\s*", re.IGNORECASE)
 _PLACEHOLDERS = ("(none recorded)", "(none)", "none", "n/a", "无")
+# A sentence weighing this much (chat/context/facts.py) is a fact: heavier is not better.
+_FACT_WEIGHT = 4
+# Carried items' ages run from 0 to this; the transcript's come after.
+_AGE_SCALE = 1000
 # Below this cap the empty sections' headings (~100 runes together) cost more than they help.
 _ALL_HEADINGS_MIN_RUNES = 600
 
@@ -83,6 +88,12 @@ def _previous_parse(previous: str) -> tuple[list[_Item], list[str]]:
             # Kept once already: it stays ahead of an equally heavy new sentence.
             weight = sentence_weight(sentence) + 1
             items.append(_Item(sentence, role, section, weight, len(items), group, new=False))
+    # Sections are laid out one after another, so an item's place in the summary says how old
+    # it is only within its section: the first preference is as old as the first fact.
+    for section_name in SUMMARY_HEADINGS:
+        own = [i for i in items if i.section == section_name]
+        for index, item in enumerate(own):
+            item.order = index * _AGE_SCALE // len(own)
     return items, identifiers
 
 
@@ -135,6 +146,13 @@ def _age(item: _Item) -> int:
 
 
 def _rank(item: _Item) -> tuple[int, int]:
+    # Past a few points a sentence is a fact, whatever else it carries: among facts the older
+    # wins, so what was said first is kept through every round (the newest have their own
+    # share in `_select`), and the middle, which recall can still find, goes first.
+    return (-min(item.weight, _FACT_WEIGHT), item.order)
+
+
+def _richest(item: _Item) -> tuple[int, int]:
     return (-item.weight, item.order)
 
 
@@ -145,17 +163,17 @@ def _select(candidates: list[_Item], *, room: int) -> list[_Item]:
     taken: set[int] = set()
     used = 0
 
-    def take(pool: list[_Item], limit: int) -> None:
+    def take(pool: list[_Item], limit: int, key: Callable[[_Item], tuple[int, int]]) -> None:
         nonlocal used
-        for item in sorted(pool, key=_rank):
+        for item in sorted(pool, key=key):
             cost = len(item.text) + len(item.role) + 5
             if id(item) not in taken and used + cost <= limit:
                 chosen.append(item)
                 taken.add(id(item))
                 used += cost
 
-    take([i for i in candidates if i.new], room // 3)
-    take(candidates, room)
+    take([i for i in candidates if i.new], room // 3, _richest)
+    take(candidates, room, _rank)
     return chosen
 
 
@@ -171,7 +189,7 @@ def summary_extractive(
     carried, identifiers = _previous_parse(previous)
     fresh = _transcript_items(
         messages,
-        first_order=len(carried),
+        first_order=_AGE_SCALE,
         first_group=len(previous.splitlines()) + 1,
         item_cap=item_cap,
     )
@@ -182,7 +200,7 @@ def summary_extractive(
             seen.add(_key(item.text))
             candidates.append(item)
     for text in [*(i.text for i in carried), *(transcript_text(m) for m in messages)]:
-        identifiers.extend(identifiers_find(text))
+        identifiers.extend(i for i in identifiers_find(text) if identifier_listable(i))
     chosen = _select(candidates, room=room - min(room // 4, len("; ".join(identifiers))))
     while True:
         body = _render(chosen, [], all_headings=all_headings)

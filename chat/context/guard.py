@@ -61,7 +61,7 @@ _PLACEHOLDER = re.compile(r"^\(?(?:none recorded|none|n/a|无)\)?\.?$", re.IGNOR
 # Of the previous summary's identifiers, this share may go (rounded down): a summary at its
 # cap must make room; a small one must keep them all.
 _IDENTIFIERS_MAY_DROP = 10
-# A loop: one three-word pattern (digits aside) filling a third of a long answer.
+# A loop: one three-word pattern filling a third of a long answer.
 _LOOP_MIN_WORDS = 24
 
 
@@ -93,8 +93,9 @@ def _body_lines(text: str) -> list[str]:
 
 
 def _triples(text: str) -> Counter[tuple[str, ...]]:
-    # Digits aside: "2029.32.27, 2029.33.28, ..." is one pattern over and over.
-    words = re.findall(r"\w+", re.sub(r"\d", "0", text.lower()))
+    # Exact words: "question 12 answered, question 13 answered" lists, it does not loop. A
+    # loop of made-up numbers ("2029.32.27, 2029.33.28, ...") is caught as invented instead.
+    words = re.findall(r"\w+", text.lower())
     return Counter(zip(words, words[1:], words[2:], strict=False))
 
 
