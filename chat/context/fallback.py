@@ -206,9 +206,11 @@ def summary_extractive(
         body = _render(chosen, [], all_headings=all_headings)
         shown = identifier_key(body)
         listed: list[str] = []
-        for identifier in dict.fromkeys(identifiers):
+        keys: set[str] = set()
+        for identifier in identifiers:
             key = identifier_key(identifier)
-            if key and key not in shown and not any(identifier_key(x) == key for x in listed):
+            if key and key not in shown and key not in keys:
+                keys.add(key)
                 listed.append(identifier)
         # Identifiers first in, first kept: the oldest are the ones no later sentence repeats.
         extra = len("\n\n## " + _IDENTIFIERS) if not all_headings else 0
@@ -220,5 +222,6 @@ def summary_extractive(
         chosen.remove(max(chosen, key=_rank))
     if len(text) > max_runes:
         # A cap smaller than the headings themselves: whole lines only.
-        text = text[: max_runes + 1].rsplit("\n", 1)[0] if max_runes else ""
+        cut = text[:max_runes]
+        text = cut.rsplit("\n", 1)[0] if "\n" in cut else ""
     return text
