@@ -84,33 +84,32 @@ def _invented(summary: str, *, material: str) -> list[str]:
 @pytest.mark.parametrize("budget", [1500, 6000])
 @pytest.mark.parametrize("chat", [EN, ZH], ids=["en", "zh"])
 def test_the_guard_never_accepts_what_the_model_visibly_got_wrong(real_llm: RealLLM, budget, chat):
-    """The model's raw answers, judged: whatever it wrote, an answer with a made-up
+    """The model's raw answer, judged: whatever it wrote, an answer with a made-up
     identifier, a copied transcript label or without the five headings is refused."""
     cfg = _budget(budget)
     messages = _messages(chat)
     material = transcript_render(messages)
     user = _request(previous="", messages=messages, cap=cfg.summary_max_runes, instructions="")
-    verdicts = []
-    for _ in range(2):
-        answer = summarise_call(
-            instructions=SUMMARY_SYSTEM_PROMPT, content=user, max_tokens=256, temperature=0.7
-        ).text.strip()
-        problem = summary_problem(
-            text=answer, previous="", replaced_runes=len(material), material=material
-        )
-        visibly_wrong = (
-            _invented(answer, material=material)
-            or "[#" in answer
-            or summary_headings(answer) != set(SUMMARY_HEADINGS)
-        )
-        if visibly_wrong:
-            assert problem is not None, answer
-        verdicts.append(problem or "accepted")
-    logger.warning("real_llm guard budget=%d verdicts=%s", budget, verdicts)
+    answer = summarise_call(
+        instructions=SUMMARY_SYSTEM_PROMPT, content=user, max_tokens=256, temperature=0.7
+    ).text.strip()
+    assert answer  # the server answered: the guard judged something real
+    problem = summary_problem(
+        text=answer, previous="", replaced_runes=len(material), material=material
+    )
+    visibly_wrong = (
+        _invented(answer, material=material)
+        or "[#" in answer
+        or summary_headings(answer) != set(SUMMARY_HEADINGS)
+    )
+    if visibly_wrong:
+        assert problem is not None, answer
+    logger.warning("real_llm guard budget=%d problem=%s answer=%r", budget, problem, answer[:160])
 
 
-@pytest.mark.parametrize("budget", [1500, 6000])
-@pytest.mark.parametrize("chat", [EN, ZH], ids=["en", "zh"])
+# Each merge is up to three calls of 20-60 s on a shared CPU: two cases cover both budgets
+# and both languages.
+@pytest.mark.parametrize(("budget", "chat"), [(1500, EN), (6000, ZH)], ids=["1500-en", "6000-zh"])
 def test_a_merge_keeps_the_facts_whoever_writes_it(real_llm: RealLLM, budget, chat):
     cfg = _budget(budget)
     first = _messages(chat[:3])
@@ -138,13 +137,13 @@ def test_a_merge_keeps_the_facts_whoever_writes_it(real_llm: RealLLM, budget, ch
 
 @pytest.mark.django_db
 def test_compactions_at_1500_runes_commit_every_time_and_keep_the_code(real_llm: RealLLM, settings):
-    """Four compactions of a session on a 1,500-rune budget, English and Chinese turns:
+    """Two compactions of a session on a 1,500-rune budget, English and Chinese turns:
     every one commits (the model's summary or the fallback, never a thrown-away compaction),
     and the project code said first is in every summary."""
     settings.CHAT_CONTEXT = dataclasses.replace(_budget(1500), threshold_pct=80, target_pct=50)
     session = ChatSessionFactory.create()
     turns = [*EN, *ZH, *EN[3:], *ZH[1:]]
-    for round_ in range(4):
+    for round_ in range(2):
         for role, text in turns if round_ == 0 else [*turns[-4:], *EN[:2]]:
             ChatMessage.objects.create(
                 session=session,
