@@ -17,8 +17,18 @@ from collections.abc import Iterator
 
 import pytest
 
+from chat.context.guard import SUMMARY_HEADINGS
 from chat.llm import reset_provider
 from devtools.fakellm import FakeLLMServer
+
+
+def summary_of(facts: str) -> str:
+    """A summary the guard accepts (chat/context/guard.py: every section heading), saying
+    `facts` under the first: what a scripted model answers when a test needs its summary
+    committed as written."""
+    sections = [f"## {SUMMARY_HEADINGS[0]}\n- {facts}"]
+    sections += [f"## {heading}\n- (none recorded)" for heading in SUMMARY_HEADINGS[1:]]
+    return "\n\n".join(sections)
 
 
 @pytest.fixture(scope="session")

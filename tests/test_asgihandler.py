@@ -21,6 +21,7 @@ from cadau.deferred import DeferredResponse, deferred_resolve
 from cadau.tokens import token_issue
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from tests.factories import ChatSessionFactory, make_conversation
+from tests.fixtures_llm import summary_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -278,7 +279,7 @@ async def test_compact_now_waits_on_the_model_off_the_http_threads(
     token, session_id = await _token_and_session(owner)
     session = await sync_to_async(ChatSession.objects.get)(pk=session_id)
     await sync_to_async(make_conversation)(session, turns=6, words=10)
-    fake_llm.script_summary("kept the numbers")
+    fake_llm.script_summary(summary_of("kept the numbers"))
     compact = send_module.session_compact_now
     threads: list[str] = []
 
@@ -294,6 +295,6 @@ async def test_compact_now_waits_on_the_model_off_the_http_threads(
             headers={"Authorization": f"Token {token}"},
         )
     assert response.status_code == 200, response.text
-    assert response.json()["context_summary"] == "kept the numbers"
+    assert response.json()["context_summary"] == summary_of("kept the numbers")
     assert response.headers["X-Frame-Options"] == "DENY"
     assert len(threads) == 1 and threads[0].startswith("cadau-model-wait")

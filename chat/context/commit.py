@@ -151,7 +151,7 @@ def compact_chunk(
     try:
         for hook in pre_compaction_hooks:
             hook(session=session, messages=chunk)
-        summary, model = summary_merge(
+        merged = summary_merge(
             previous=session.context_summary,
             messages=chunk,
             cfg=cfg,
@@ -171,6 +171,7 @@ def compact_chunk(
         )
         return None
     result.llm_calls += counter.calls
+    summary = merged.summary
     runes_after = _runes_after(
         session=session, chunk=chunk, summary=summary, runes_before=runes_before
     )
@@ -186,8 +187,10 @@ def compact_chunk(
             "runes_before": runes_before,
             "runes_after": runes_after,
             "llm_calls": counter.calls,
-            "model": model[:200],
+            "model": merged.model[:200],
             "duration_ms": int((time.monotonic() - started) * 1000),
+            # A fallback is committed, not failed: the note says why the model's was not.
+            "error": f"summary fallback: {merged.problem}"[:2000] if merged.problem else "",
         },
     )
     if not committed:

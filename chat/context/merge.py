@@ -1,23 +1,25 @@
 """The session summary: merging a chunk of transcript into the summary in force, guarded.
 
-One model call asks for the merged summary (`SUMMARY_SYSTEM_PROMPT`). The answer must pass
-`summary_validate` (not an error, within the cap; else SummaryRejected and nothing moves) and
-the summary guard (chat/context/guard.py: not empty or reasoning only, no echo, shorter than
-what it replaces, headings kept). A guard failure is retried once with the failure spelled
-out, then the extractive fallback is used, so a model that cannot summarise never stalls
-compaction and never loses an identifier.
+One model call asks for the merged summary (`SUMMARY_SYSTEM_PROMPT`). The answer must be a
+summary at all (not empty, not an error, within its cap after at most one call to shorten
+it) and pass the summary guard (chat/context/guard.py). A guard failure is retried once with
+the failure spelled out; an answer still unusable, or still over its cap, is replaced by the
+extractive fallback (chat/context/fallback.py). So a summary never makes things worse: a
+model that cannot summarise neither stalls compaction nor throws away its work, and never
+loses an identifier.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from cadau.contextconfig import ContextConfig
+from chat.context.fallback import summary_extractive
 from chat.context.guard import (
     FALLBACK_MODEL,
     SUMMARY_HEADINGS,
-    summary_extractive,
     summary_problem,
     summary_retry_note,
 )
@@ -27,7 +29,7 @@ from chat.context.summarise import (
     TranscriptMessage,
     looks_like_error,
     summarise_call,
-    summary_validate,
+    summary_answer_problem,
     transcript_render,
     transcript_text,
 )
@@ -63,6 +65,15 @@ def _request(
     return user
 
 
+@dataclass(frozen=True, slots=True)
+class Merged:
+    summary: str
+    #: The model that wrote it: the summary model's name, or FALLBACK_MODEL.
+    model: str
+    #: Why the model's answer was not used ("" when it was): the snapshot's note.
+    problem: str = ""
+
+
 def summary_merge(
     *,
     previous: str,
@@ -70,22 +81,22 @@ def summary_merge(
     cfg: ContextConfig,
     instructions: str = "",
     counter: CallCounter | None = None,
-) -> tuple[str, str]:
-    """Merge `messages` into the summary `previous`. Returns (summary, model); model is
-    FALLBACK_MODEL when the guard rejected the model twice. Raises LLMError or SummaryRejected;
-    never returns an unusable summary."""
+) -> Merged:
+    """Merge `messages` into the summary `previous`. The model's answer when it passes the
+    guard (at most one retry, at most one shortening call), else the extractive fallback:
+    never an unusable summary, and never nothing for a model that answered. Raises LLMError
+    (the server failed: nothing was learned, the next compaction tries again)."""
     counter = counter if counter is not None else CallCounter()
     cap = cfg.summary_cap_runes
     user = _request(previous=previous, messages=messages, cap=cap, instructions=instructions)
-    replaced = len(previous) + sum(len(transcript_text(m)) for m in messages)
-    # The length limit is asked in the prompt and enforced on the result. max_tokens only guards
-    # against runaway output: a token is at least one rune, so this never truncates a summary
-    # that respects the cap (truncation would cut off the identifiers section at the end).
-    max_tokens = cap
-    if cfg.window_tokens:
-        # The answer must fit the model's window beside the request (OpenAI-style servers
-        # refuse prompt + max_tokens past it).
-        max_tokens = min(max_tokens, reply_reserve_tokens(cfg.window_tokens))
+    check = _Check(
+        previous=previous,
+        cap=cap,
+        replaced=len(previous) + sum(len(transcript_text(m)) for m in messages),
+        material=f"{transcript_render(messages)}\n{instructions}",
+        max_tokens=_max_tokens(cfg),
+        counter=counter,
+    )
     problem: str | None = None
     for attempt in (1, 2):
         content = user if problem is None else f"{user}\n\n{summary_retry_note(problem)}"
@@ -93,37 +104,75 @@ def summary_merge(
             result = summarise_call(
                 instructions=SUMMARY_SYSTEM_PROMPT,
                 content=content,
-                max_tokens=max_tokens,
+                max_tokens=check.max_tokens,
                 counter=counter,
             )
         except (ContextLengthExceeded, EmptyStream) as exc:
             # The request itself is past the model's window: a stricter prompt is no smaller.
             problem = f"the request does not fit the model's window ({exc})"
             break
-        # A model that sees the summary under its heading in every reply may echo the heading
-        # (either language) into its answer: the heading is added when sent, never stored.
-        text = summary_prefix_strip(text=result.text)
-        if not text:
-            # Nothing, or only reasoning (the codec takes a thinking model's <think> block out).
-            problem = "it was empty (only reasoning, or nothing at all)"
-            logger.warning("chat_summary_guard attempt=%d problem=%s", attempt, problem)
-            continue
-        if len(text) > cap and text and not looks_like_error(text):
-            # Grown past its cap: compress the summary itself once rather than reject outright.
-            text = summarise_call(
-                instructions=SUMMARY_SYSTEM_PROMPT,
-                content=(
-                    f"{_SHORTEN} {cap * 9 // 10} characters. Keep the sections and every "
-                    f"exact identifier.\n\n{text}"
-                ),
-                max_tokens=max_tokens,
-                counter=counter,
-            ).text
-        text = summary_validate(text=text, cap=cap)
-        problem = summary_problem(text=text, previous=previous, replaced_runes=replaced)
+        text, problem = check.answer(result.text)
         if problem is None:
-            return text, result.model
+            return Merged(summary=text, model=result.model)
         logger.warning("chat_summary_guard attempt=%d problem=%s", attempt, problem)
+        if check.shortened and len(text) > cap:
+            break  # over its cap even when asked to shorten: a third call would be no better
     fallback = summary_extractive(previous=previous, messages=messages, max_runes=cap)
     logger.warning("chat_summary_fallback runes=%d problem=%s", len(fallback), problem)
-    return fallback, FALLBACK_MODEL
+    return Merged(summary=fallback, model=FALLBACK_MODEL, problem=problem or "")
+
+
+def _max_tokens(cfg: ContextConfig) -> int:
+    # The length limit is asked in the prompt and enforced on the result. max_tokens only guards
+    # against runaway output: a token is at least one rune, so this never truncates a summary
+    # that respects the cap (truncation would cut off the identifiers section at the end).
+    if cfg.window_tokens:
+        # The answer must fit the model's window beside the request (OpenAI-style servers
+        # refuse prompt + max_tokens past it).
+        return min(cfg.summary_max_runes, reply_reserve_tokens(cfg.window_tokens))
+    return cfg.summary_max_runes
+
+
+@dataclass(slots=True)
+class _Check:
+    """One merge's judge of the model's answers."""
+
+    previous: str
+    cap: int
+    replaced: int
+    material: str
+    max_tokens: int
+    counter: CallCounter
+    shortened: bool = False
+
+    def answer(self, raw: str) -> tuple[str, str | None]:
+        """The answer as it would be stored, and why it may not be (None: it may)."""
+        # A model that sees the summary under its heading in every reply may echo the heading
+        # (either language) into its answer: the heading is added when sent, never stored.
+        text = summary_prefix_strip(text=raw)
+        if not text:
+            # Nothing, or only reasoning (the codec takes a thinking model's <think> block out).
+            return text, "it was empty (only reasoning, or nothing at all)"
+        if len(text) > self.cap and not looks_like_error(text) and not self.shortened:
+            text = self._shorten(text)
+        problem = summary_answer_problem(text=text, cap=self.cap) or summary_problem(
+            text=text, previous=self.previous, replaced_runes=self.replaced, material=self.material
+        )
+        return text.strip(), problem
+
+    def _shorten(self, text: str) -> str:
+        """Grown past its cap: the summary compressed once rather than rejected outright."""
+        self.shortened = True
+        try:
+            shorter = summarise_call(
+                instructions=SUMMARY_SYSTEM_PROMPT,
+                content=(
+                    f"{_SHORTEN} {self.cap * 9 // 10} characters. Keep the sections and every "
+                    f"exact identifier.\n\n{text}"
+                ),
+                max_tokens=self.max_tokens,
+                counter=self.counter,
+            ).text
+        except (ContextLengthExceeded, EmptyStream):
+            return text
+        return summary_prefix_strip(text=shorter) or text

@@ -112,12 +112,23 @@ def looks_like_error(text: str) -> bool:
     return bool(_ERRORISH.search(text[:200])) or "context_length_exceeded" in text
 
 
-def summary_validate(*, text: str, cap: int) -> str:
+def summary_answer_problem(*, text: str, cap: int) -> str | None:
+    """Why a model's answer cannot be a summary at all (empty, an error, over its cap), or
+    None. The session summary falls back on it (chat/context/merge.py); checkpoints and memory
+    extraction refuse it (`summary_validate`)."""
     cleaned = text.strip()
     if not cleaned:
-        raise SummaryRejected("empty summary")
+        return "empty summary"
     if looks_like_error(cleaned):
-        raise SummaryRejected(f"summary looks like an error: {cleaned[:80]!r}")
+        return f"summary looks like an error: {cleaned[:80]!r}"
     if len(cleaned) > cap:
-        raise SummaryRejected(f"summary has {len(cleaned)} runes, over the cap of {cap}")
-    return cleaned
+        return f"summary has {len(cleaned)} runes, over the cap of {cap}"
+    return None
+
+
+def summary_validate(*, text: str, cap: int) -> str:
+    """`text` stripped, or SummaryRejected with `summary_answer_problem`'s reason."""
+    problem = summary_answer_problem(text=text, cap=cap)
+    if problem is not None:
+        raise SummaryRejected(problem)
+    return text.strip()

@@ -64,6 +64,11 @@ _TRANSCRIPT_LABEL = re.compile(
     r"^\[(?:#\d+ )?((?:user|assistant|system|tool)(?: result for [\w.:-]+)?)\] ?(.*)$"
 )
 
+# The sections a summarising prompt asks for, as Markdown headings on their own lines
+# (chat/context/merge.py's SUMMARY_SYSTEM_PROMPT lists five).
+_REQUESTED_HEADING = re.compile(r"^#{2,3} (\S.*?)\s*$", re.MULTILINE)
+_PLACEHOLDER_LINES = ("- (none recorded)", "(none recorded)")
+
 _ROLE_LABELS = {"user": "user", "assistant": "assistant", "tool": "tool", "system": "system"}
 
 
@@ -105,9 +110,17 @@ def _item(line: str, *, sentence_cap: int) -> str:
     return head
 
 
-def _lines(messages: list[Message]) -> list[str]:
+def _requested_headings(messages: list[Message]) -> list[str]:
+    for message in messages:
+        if message.get("role") == "system":
+            return _REQUESTED_HEADING.findall(message_text(message))
+    return []
+
+
+def _lines(messages: list[Message], *, headings: list[str]) -> list[str]:
     lines: list[str] = []
-    seen: set[str] = set()
+    # The previous summary's own headings and empty-section markers are not conversation.
+    seen: set[str] = {f"## {h}" for h in headings} | set(_PLACEHOLDER_LINES) if headings else set()
     for message in messages:
         role = str(message.get("role") or "")
         if role == "system":
@@ -122,6 +135,8 @@ def _lines(messages: list[Message]) -> list[str]:
         first = True
         for raw in text.splitlines():
             line = " ".join(raw.split())
+            if headings:
+                line = line.lstrip("-*• ")  # a previous summary's bullet is re-bulleted
             if not line or line in seen or line == "(none)" or line.startswith(SUMMARY_SCAFFOLD):
                 continue  # a summarising request's own wording is not the conversation's
             seen.add(line)
@@ -146,8 +161,22 @@ def extractive_summary(messages: list[Message], *, max_runes: int) -> str:
     sampled evenly (so both the oldest and the newest material survive), then the text is cut.
     """
     max_runes = max(0, max_runes)
-    lines = _lines(messages)
+    headings = _requested_headings(messages)
+    lines = _lines(messages, headings=headings)
     if not lines or max_runes == 0:
+        return ""
+    if headings:
+        # Everything under the first heading, the others kept (empty) so the answer has the
+        # sections the prompt asked for; the headings come first when the cap is that small.
+        rest = "".join(f"\n\n## {h}" for h in headings[1:])
+        head = f"## {headings[0]}\n"
+        digest = _digest(lines, max_runes=max_runes - len(head) - len(rest))
+        return f"{head}{digest}{rest}"[:max_runes]
+    return _digest(lines, max_runes=max_runes)
+
+
+def _digest(lines: list[str], *, max_runes: int) -> str:
+    if max_runes <= 0:
         return ""
     for sentence_cap in (240, 120, 60, 30):
         items = [_item(line, sentence_cap=sentence_cap) for line in lines]

@@ -9,6 +9,7 @@ from tests.factories import (
     UserFactory,
     make_conversation,
 )
+from tests.fixtures_llm import summary_of
 
 pytestmark = pytest.mark.django_db
 
@@ -80,13 +81,13 @@ def test_admin_actions_recompact_and_reset(client, fake_llm, settings):
     client.force_login(admin_user)
     session = ChatSessionFactory.create()
     make_conversation(session, turns=6, words=10)
-    fake_llm.script_summary("admin summary")
+    fake_llm.script_summary(summary_of("admin summary"))
     url = "/admin/chat/chatsession/"
     r = client.post(url, {"action": "recompact", "_selected_action": [session.pk]})
     assert r.status_code == 302
     background_wait(timeout=30)
     session.refresh_from_db()
-    assert session.context_summary == "admin summary"
+    assert session.context_summary == summary_of("admin summary")
     r = client.post(url, {"action": "reset_summary", "_selected_action": [session.pk]})
     assert r.status_code == 302
     session = ChatSession.objects.get(pk=session.pk)

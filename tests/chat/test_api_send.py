@@ -8,6 +8,7 @@ import pytest
 from cadau.contextconfig import ContextConfig
 from chat.models import ChatMessage, ChatSession
 from tests.factories import ChatSessionFactory, make_conversation
+from tests.fixtures_llm import summary_of
 from tests.helpers import send_streaming, sse_events
 
 # The reply runs through database_sync_to_async, which cannot share a test transaction.
@@ -109,14 +110,14 @@ def test_context_length_error_compacts_and_retries(api, owner, fake_llm, setting
     session = ChatSessionFactory(owner=owner)
     make_conversation(session, turns=10, words=20)
     fake_llm.fail_next("context_length", target="chat")
-    fake_llm.script_summary("compact summary")
+    fake_llm.script_summary(summary_of("compact summary"))
     fake_llm.script("fits now")
     body = api.post(
         "/api/v1/chat/send", {"session_id": session.pk, "content": "go"}, format="json"
     ).json()
     assert body["assistant_message"]["content"] == "fits now"
     session.refresh_from_db()
-    assert session.context_summary == "compact summary"
+    assert session.context_summary == summary_of("compact summary")
     assert fake_llm.count("summary") == 1
 
 
@@ -130,7 +131,7 @@ def test_send_over_the_threshold_compacts_first(api, owner, fake_llm, settings):
     )
     session = ChatSessionFactory(owner=owner)
     make_conversation(session, turns=12, words=30)
-    fake_llm.script_summary("rolled up")
+    fake_llm.script_summary(summary_of("rolled up"))
     r = api.post(
         "/api/v1/chat/send",
         {"session_id": session.pk, "content": "next"},
@@ -228,20 +229,20 @@ def test_compact_now_with_instructions(api, owner, fake_llm, settings):
     )
     session = ChatSessionFactory(owner=owner)
     make_conversation(session, turns=6, words=10)
-    fake_llm.script_summary("kept the numbers")
+    fake_llm.script_summary(summary_of("kept the numbers"))
     r = api.post(
         f"/api/v1/chat/sessions/{session.pk}/compact",
         {"instructions": "keep the numbers"},
         format="json",
     )
     assert r.status_code == 200, r.content
-    assert r.json()["context_summary"] == "kept the numbers"
+    assert r.json()["context_summary"] == summary_of("kept the numbers")
     assert "keep the numbers" in fake_llm.calls[-1].body["messages"][1]["content"]
     make_conversation(session, turns=6, words=10)
     fake_llm.fail_next("500", times=10, target="summary")
     r = api.post(f"/api/v1/chat/sessions/{session.pk}/compact", {}, format="json")
     assert r.status_code == 502 and r.json()["error"]["code"] == "compaction_failed"
-    assert ChatSession.objects.get(pk=session.pk).context_summary == "kept the numbers"
+    assert ChatSession.objects.get(pk=session.pk).context_summary == summary_of("kept the numbers")
 
 
 def test_offline_provider_answers_without_any_network(api, owner, settings):

@@ -14,6 +14,7 @@ from cadau.contextconfig import ContextConfig
 from chat.models import ChatMessage, ContextSnapshot, MessageStatus, SnapshotOutcome
 from devtools.introspect import background_wait
 from tests.factories import ChatSessionFactory, make_conversation
+from tests.fixtures_llm import summary_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -195,13 +196,13 @@ def test_truncation_during_a_summarising_call_keeps_its_summary_out(owner, fake_
     assert snaps[0].covers_to_message_id > cut.pk  # what it would have committed
 
     # The next compaction folds only survivors.
-    fake_llm.script_summary("- question 0 and its answer")
+    fake_llm.script_summary(summary_of("question 0 and its answer"))
     later = context_compact(session_id=session.pk, trigger="manual", force=True)
     assert later.outcome == "committed", later
     session.refresh_from_db()
     committed = ContextSnapshot.objects.get(session=session, outcome=SnapshotOutcome.COMMITTED)
     assert committed.covers_to_message_id < cut.pk
     assert session.verbatim_since_message_id in {r.pk for r in rows[:4]}
-    assert session.context_summary == "- question 0 and its answer"
+    assert session.context_summary == summary_of("question 0 and its answer")
     sent = json.dumps(fake_llm.calls[-1].body)
     assert "question 7" not in sent and "question 0" in sent

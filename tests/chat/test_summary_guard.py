@@ -7,10 +7,10 @@ import pytest
 
 from cadau.contextconfig import ContextConfig
 from chat import context as ctx
+from chat.context.fallback import summary_extractive
 from chat.context.guard import (
     FALLBACK_MODEL,
     SUMMARY_HEADINGS,
-    summary_extractive,
     summary_headings,
     summary_problem,
 )
@@ -28,6 +28,15 @@ SMALL = ContextConfig(
 HEADED = "\n".join(f"## {h}\n- something" for h in SUMMARY_HEADINGS)
 
 
+def headed(facts: str, *, bold: bool = False, identifiers: str = "(none recorded)") -> str:
+    """A summary with the five sections: `facts` under the first, `identifiers` the last."""
+    head = "**{}**" if bold else "## {}"
+    body = {SUMMARY_HEADINGS[0]: facts, SUMMARY_HEADINGS[-1]: f"- {identifiers}"}
+    return "\n\n".join(
+        f"{head.format(h)}\n{body.get(h, '- (none recorded)')}" for h in SUMMARY_HEADINGS
+    )
+
+
 def tm(i: int, role: str, content: str) -> ctx.TailMessage:
     return ctx.TailMessage(
         id=i, role=role, content=content, tool_calls=None, tool_call_id="", runes=len(content)
@@ -37,16 +46,16 @@ def tm(i: int, role: str, content: str) -> ctx.TailMessage:
 @pytest.mark.parametrize(
     ("text", "previous", "replaced", "problem"),
     [
-        ("## Facts and decisions\n- fine", "", 500, None),
+        (headed("- fine"), "", 500, None),
         ("<think>let me see</think> summary", "", 500, "reasoning"),
         ("Facts.\nReturn the merged summary in at most 6000 characters.", "", 500, "instructions"),
         ("New transcript excerpt:\n[#1 user] hi", "", 500, "instructions"),
         ("[#1 user] hello\n\n[#2 assistant] hi there", "", 500, "copies the transcript"),
-        ("x" * 2000, "", 2000, "no shorter"),
-        ("x" * 1000, "", 1000, None),  # small material may come back as long
-        ("## Facts and decisions\n- a", HEADED, 5000, "drops the section headings"),
+        (headed("x" * 2000), "", 2000, "no shorter"),
+        (headed("x" * 150), "", 150, None),  # tiny material may come back as long
+        ("## Facts and decisions\n- a", HEADED, 5000, "leaves out the section headings"),
         (HEADED.replace("something", "new"), HEADED, 5000, None),
-        ("**Facts and decisions**\n- a", "", 500, None),
+        (headed("- a", bold=True), "", 500, None),
     ],
 )
 def test_summary_problem(text, previous, replaced, problem):
@@ -109,11 +118,11 @@ def _long_session():
 def test_an_echoing_summary_is_retried_with_the_reason(fake_llm, small_budget):
     session = _long_session()
     echo = "Return the merged summary in at most 800 characters.\n[#1 user] My account id"
-    fake_llm.script_summary(echo, "## Facts and decisions\n- Account ACC-99812.")
+    fake_llm.script_summary(echo, headed("- Account ACC-99812."))
     result = ctx.context_compact(session_id=session.pk, trigger="manual")
     assert result.outcome == "committed" and result.llm_calls == 2
     session.refresh_from_db()
-    assert session.context_summary == "## Facts and decisions\n- Account ACC-99812."
+    assert session.context_summary == headed("- Account ACC-99812.")
     retry = fake_llm.calls[-1].body["messages"][-1]["content"]
     assert "rejected because it repeats the instructions" in retry
 
@@ -163,3 +172,120 @@ def test_the_fake_and_offline_summaries_pass_the_guard(fake_llm, small_budget, s
     assert "ACC-99812" in offline.context_summary and "Existing summary" not in (
         offline.context_summary
     )
+
+
+# What SmolLM2-135M wrote (issue 25), each a rule of the guard; each passed it before.
+TRANSCRIPT = (
+    "[#38 user] I live in Bratislava and our project code is 4471-KX.\n\n"
+    "[#39 user] My favourite tea is sencha. The release is v2.3 on 2026-12-31."
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "previous", "problem"),
+    [
+        # One copied transcript line is enough.
+        (headed("- [#39 user] My favourite tea is sencha."), "", "copies the transcript"),
+        (headed("- The user said: [#39 user] tea."), "", "copies the transcript"),
+        # A first summary without the headings (the previous one had none to keep).
+        ("The user lives in Bratislava. Project code 4471-KX.", "", "leaves out the section"),
+        ("## Facts and decisions\n- The user lives in Bratislava.", "", "leaves out the section"),
+        # Identifiers found nowhere in what was summarised.
+        (headed("- Release v2.3 on 2029.32.27."), "", "2029.32.27"),
+        (headed("- Project code 4471-KZ."), "", "4471-KZ"),
+        # Loops, of lines or of words; of made-up numbers (caught as invented).
+        (headed("- The user likes tea.\n- The user likes tea."), "", "repeats the line"),
+        (headed("- The user likes tea and " * 12), "", "loops"),
+        (headed("- Dates: " + ", ".join(f"2029.{m}.{m - 5}" for m in range(32, 60))), "", "2029."),
+        # Echoes of the request, however re-spelled.
+        (headed("- sencha") + "\nExisting summary:\n(none)", "", "repeats the instructions"),
+        ("**New transcript excerpt**\n" + headed("- sencha"), "", "repeats the instructions"),
+        # The previous summary's identifiers must survive.
+        (headed("- The user drinks sencha."), headed("- Code ACC-99812."), "drops identifiers"),
+    ],
+)
+def test_the_guard_catches_what_a_small_model_did(text, previous, problem):
+    found = summary_problem(text=text, previous=previous, replaced_runes=5000, material=TRANSCRIPT)
+    assert found is not None and problem in found, found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        headed("- The user lives in Bratislava; project 4471-KX, release v2.3 on 2026-12-31."),
+        # Mentioning the summary in passing is no echo; the material's own numbers are fine.
+        headed("- The user asked to keep the existing summary short. Messages #38 and #39."),
+        # A pattern the conversation itself repeats is the conversation's, not a loop.
+        headed("- " + " ".join(f"question {i} answered." for i in range(30))),
+    ],
+)
+def test_the_guard_passes_a_faithful_summary(text):
+    material = TRANSCRIPT + "".join(f"\n[#{i} user] question {i}" for i in range(30))
+    assert summary_problem(text=text, previous="", replaced_runes=5000, material=material) is None
+
+
+def test_the_length_check_works_for_small_material():
+    material = "[#1 user] " + "I like green tea with honey. " * 20
+    long = headed("- " + "The user likes green tea with honey and lemon. " * 14)
+    assert len(material) < 1500
+    problem = summary_problem(text=long, previous="", replaced_runes=len(material) - 10)
+    assert problem is not None and "no shorter" in problem
+    short = headed("- The user likes green tea with honey.")
+    assert summary_problem(text=short, previous="", replaced_runes=len(material) - 10) is None
+
+
+def test_a_previous_summary_may_lose_a_few_of_many_identifiers():
+    previous = headed("- " + "; ".join(f"T-{i}" for i in range(100, 130)))
+    kept = headed("- " + "; ".join(f"T-{i}" for i in range(100, 128)))
+    assert summary_problem(text=kept, previous=previous, replaced_runes=9000) is None
+    halved = headed("- " + "; ".join(f"T-{i}" for i in range(100, 115)))
+    problem = summary_problem(text=halved, previous=previous, replaced_runes=9000)
+    assert problem is not None and "drops identifiers" in problem
+
+
+@pytest.mark.django_db
+def test_an_error_answer_commits_the_fallback(fake_llm, small_budget):
+    session = _long_session()
+    fake_llm.fail_next("garbage", target="summary", times=2)
+    result = ctx.context_compact(session_id=session.pk, trigger="manual")
+    assert result.outcome == "committed" and result.llm_calls == 2
+    session.refresh_from_db()
+    assert "ACC-99812" in session.context_summary
+    snap = ContextSnapshot.objects.get(outcome="committed")
+    assert snap.model == FALLBACK_MODEL and "looks like an error" in snap.error
+
+
+@pytest.mark.django_db
+def test_a_smollm2_answer_rejected_twice_commits_the_fallback_not_nothing(fake_llm, small_budget):
+    """What the real model did: invented dates in a loop, then a copied transcript line. The
+    compaction is not thrown away: the fallback is committed and the anchor moves."""
+    session = _long_session()
+    loop = headed("- Dates: " + ", ".join(f"2029.{m}.{m - 5}" for m in range(32, 60)))
+    copied = headed("- [#1 user] My account id is ACC-99812.")
+    fake_llm.script_summary(loop, copied)
+    result = ctx.context_compact(session_id=session.pk, trigger="manual")
+    assert result.outcome == "committed" and result.llm_calls == 2
+    session.refresh_from_db()
+    assert session.verbatim_since_message_id is not None
+    assert "ACC-99812" in session.context_summary and "10.0.4.17:5432" in session.context_summary
+    assert "2029" not in session.context_summary and "[#" not in session.context_summary
+    snap = ContextSnapshot.objects.get(outcome="committed")
+    assert snap.model == FALLBACK_MODEL and "copies the transcript" in snap.error
+    retry = fake_llm.calls[-1].body["messages"][-1]["content"]
+    assert "rejected because it names 2029.32.27" in retry
+
+
+@pytest.mark.django_db
+def test_fallbacks_over_many_compactions_keep_the_first_fact(fake_llm, small_budget):
+    """Twenty-four compactions in a row, every model answer unusable: the fallback carries
+    the first turn's facts through all of them."""
+    session = _long_session()
+    for round_ in range(24):
+        make_conversation(session, turns=4, words=12)
+        fake_llm.fail_next("garbage", target="summary", times=2)
+        result = ctx.context_compact(session_id=session.pk, trigger="manual", force=True)
+        assert result.outcome == "committed", (round_, result)
+        session.refresh_from_db()
+        assert len(session.context_summary) <= SMALL.summary_max_runes
+        assert "ACC-99812" in session.context_summary, (round_, session.context_summary)
+    assert ContextSnapshot.objects.filter(outcome="committed", model=FALLBACK_MODEL).count() == 24

@@ -8,9 +8,9 @@ import pytest
 
 from cadau.contextconfig import ContextConfig
 from chat import context as ctx
+from chat.context.fallback import summary_extractive
 from chat.context.guard import (
     SUMMARY_HEADINGS,
-    summary_extractive,
     summary_headings,
     summary_problem,
 )
@@ -38,6 +38,8 @@ ZH_SUMMARY = (
 EN_SUMMARY = (
     "## Facts and decisions\n- The user, 张伟, analyses data in Shanghai.\n"
     "## Open tasks\n- Draft the quarterly report.\n"
+    "## User constraints and preferences\n- (none recorded)\n"
+    "## Pending questions\n- (none recorded)\n"
     "## Exact identifiers\n- /srv/app/settings.py"
 )
 
@@ -178,11 +180,14 @@ def test_a_model_echoing_the_heading_has_it_removed_before_commit(fake_llm, sett
         ChatMessage.objects.create(
             session=session, role=MessageRole.ASSISTANT, content=f"第{i}个回答。" + "好的" * 60
         )
-    fake_llm.script_summary(f"{prefix}\n## Facts and decisions\n- 用户在做数据分析。")
+    merged = "## Facts and decisions\n- 用户在做数据分析。\n" + "\n".join(
+        f"## {h}\n- (none recorded)" for h in SUMMARY_HEADINGS[1:]
+    )
+    fake_llm.script_summary(f"{prefix}\n{merged}")
     result = ctx.context_compact(session_id=session.pk, trigger="manual")
     assert result.outcome == "committed"
     session.refresh_from_db()
-    assert session.context_summary == "## Facts and decisions\n- 用户在做数据分析。"
+    assert session.context_summary == merged
     payload = context_payload(session_id=session.pk, compact=False)
     system = payload.messages[0]["content"]
     assert system.count(SUMMARY_PREFIX_ZH) == 1 and SUMMARY_PREFIX_EN not in system

@@ -20,6 +20,7 @@ from tests.chat.consumers.helpers import (
 from tests.chat.wsclient import until as _until
 from tests.chat.wsclient import ws_open as _open
 from tests.factories import make_conversation
+from tests.fixtures_llm import summary_of
 
 # Replies run through database_sync_to_async, which cannot share a test transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -198,7 +199,7 @@ async def test_compaction_events_reach_the_socket(session, owner_cookie, fake_ll
         min_verbatim=2,
     )
     await database_sync_to_async(make_conversation)(session, turns=12, words=30)
-    fake_llm.script_summary("rolled up")
+    fake_llm.script_summary(summary_of("rolled up"))
     fake_llm.script("after the summary")
     ws = await _open(session.pk, owner_cookie)
     await ws.send_json_to({"type": "send", "content": "and now?"})
