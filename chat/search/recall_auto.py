@@ -13,6 +13,9 @@ How "best" is found without embeddings (lexical, BM25-like):
   identifiers (digits, dashes) twice as much; the whole message found as a phrase wins;
 - each hit brings the turn next to it at half its score: a question's answer (or the question
   an answer needs) rarely repeats the question's words.
+With an embedding model configured, the messages nearest the query's meaning
+(chat/search/semantic.py) join the ranking by reciprocal-rank fusion: "what pets does she
+have?" finds "we got another cat", which shares no word with it.
 Replies the model is never sent (streaming, failed) and tool results (text fetched from outside,
 the likeliest carrier of an injection) are never recalled. Each search runs under the recall
 deadline; a slow or failing one adds nothing and never fails a send.
@@ -33,6 +36,7 @@ from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
 from chat.search.backends import Scope
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.selectors import QUERY_MAX_CHARS, message_ids_search, search_deadline
+from chat.search.semantic import rank_fuse, semantic_nearest, semantic_query_vector
 from chat.search.terms import recall_terms, term_is_identifier, term_stem
 
 logger = logging.getLogger("chat.search")
@@ -67,29 +71,44 @@ def _gap_hits(gap: Iterable[TailMessage], term: str) -> list[int]:
 def recall_auto(ask: RecallAsk) -> list[Recalled]:
     """The best matches of `ask`, with their neighbours, fitted to `ask.room` once rendered, in
     conversation order. Logs `chat_context_recall source=auto`."""
+    # Before the deadline's transaction: no transaction stays open across the HTTP call.
+    query_vector = semantic_query_vector(ask)
     with search_deadline(RECALL_SECONDS):
-        recalled = _recall(ask)
+        nearest = semantic_nearest(ask, query_vector) if query_vector is not None else []
+        recalled = _recall(ask, nearest=nearest)
     logger.info(
-        "chat_context_recall source=auto session=%s hits=%d runes=%d",
+        "chat_context_recall source=auto session=%s hits=%d semantic=%d runes=%d",
         ask.session_id,
         len(recalled),
+        len(nearest),
         len(recall_render(recalled)),
     )
     return recalled
 
 
-def _recall(ask: RecallAsk) -> list[Recalled]:
+def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
+    gap = [m for m in ask.gap if m.role in _ROLES and m.content]
+    scores, matched_by = _lexical(ask, gap=gap)
+    if nearest:
+        scores = defaultdict(float, rank_fuse(scores, nearest))
+    if not scores:
+        return []
+    return _fit(ask, gap=gap, scores=scores, matched_by=matched_by)
+
+
+def _lexical(ask: RecallAsk, *, gap: list[TailMessage]) -> tuple[dict[int, float], dict[int, str]]:
+    """The lexical scores of the archive's and the gap's messages, and the term each matched
+    by (a long message is cut around it)."""
+    scores: dict[int, float] = defaultdict(float)
+    matched_by: dict[int, str] = {}
     terms = _weighted_terms(ask)
     if not terms:
-        return []
-    gap = [m for m in ask.gap if m.role in _ROLES and m.content]
+        return scores, matched_by
     scope = (
         Scope(owner_id=ask.owner_id, session_id=ask.session_id, below_id=ask.below_id)
         if ask.below_id is not None
         else None
     )
-    scores: dict[int, float] = defaultdict(float)
-    matched_by: dict[int, str] = {}
     phrase = " ".join(ask.query.split())
     if scope is not None and PHRASE_MIN_CHARS <= len(phrase) <= QUERY_MAX_CHARS:
         for mid in message_ids_search(scope=scope, query=phrase, limit=8).ids:
@@ -108,9 +127,7 @@ def _recall(ask: RecallAsk) -> list[Recalled]:
         for mid in ids:
             scores[mid] += idf
             matched_by.setdefault(mid, term)
-    if not scores:
-        return []
-    return _fit(ask, gap=gap, scores=scores, matched_by=matched_by)
+    return scores, matched_by
 
 
 def _neighbours(*, session_id: int, ids: list[int], gap_ids: list[int]) -> dict[int, list[int]]:

@@ -47,6 +47,10 @@ class FakeLLMServer:
         self._slots: threading.Semaphore | None = None
         # Hanging handlers wait on this; reset()/stop() set it so no thread outlives a test.
         self._release = threading.Event()
+        # /v1/embeddings (devtools/fakellm/embeddings.py): each call's inputs, failures to come.
+        self._embedding_inputs: list[list[str]] = []
+        self._embedding_failures = 0
+        self._embedding_delay = 0.0
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -215,6 +219,32 @@ class FakeLLMServer:
             "summary": sum(1 for c in calls if c["kind"] == "summary"),
             "calls": calls,
         }
+
+    # --- embeddings ----------------------------------------------------------------------
+
+    def embeddings_fail(self, *, times: int = 1) -> None:
+        """The next `times` embeddings calls answer 500."""
+        with self._lock:
+            self._embedding_failures += times
+
+    def embeddings_delay(self, seconds: float) -> None:
+        """Every embeddings call answers after `seconds` (0: at once)."""
+        with self._lock:
+            self._embedding_delay = seconds
+
+    @property
+    def embedding_inputs(self) -> list[list[str]]:
+        """The inputs of every embeddings call so far, one list per call."""
+        with self._lock:
+            return [list(texts) for texts in self._embedding_inputs]
+
+    def _embedding_admit(self, texts: list[str]) -> tuple[bool, float, threading.Event]:
+        """Record a call; (fail it?, delay, the event a reset wakes the delay with)."""
+        with self._lock:
+            self._embedding_inputs.append(texts)
+            fail = self._embedding_failures > 0
+            self._embedding_failures -= 1 if fail else 0
+            return fail, self._embedding_delay, self._release
 
     # --- per-request decisions (called from handler threads) -----------------------------
 

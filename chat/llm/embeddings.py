@@ -1,0 +1,103 @@
+"""The client of an OpenAI-compatible `POST /v1/embeddings` (semantic recall, docs/search.md).
+
+Sync, on httpx's own transport: its callers are sync (the background embedder's thread, and the
+payload build, which runs in a worker thread), and one request per send or per batch needs
+none of the streaming client's pooling on the event loop (chat/llm/transport.py). No retries:
+the embedder tries again with the next turn, and a send recalls lexically rather than wait.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from django.conf import settings
+
+
+class EmbeddingError(Exception):
+    """The server could not be reached, failed, or answered something that is not vectors."""
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingConfig:
+    base_url: str
+    api_key: str
+    model: str
+    dimensions: int
+
+    @classmethod
+    def from_settings(cls) -> EmbeddingConfig | None:
+        """The configured embedding model, or None when semantic recall is off."""
+        if not settings.LLM_EMBEDDING_MODEL:
+            return None
+        return cls(
+            base_url=settings.LLM_EMBEDDING_BASE_URL.rstrip("/"),
+            api_key=settings.LLM_EMBEDDING_API_KEY,
+            model=settings.LLM_EMBEDDING_MODEL,
+            dimensions=settings.LLM_EMBEDDING_DIMENSIONS,
+        )
+
+
+_shared: httpx.Client | None = None
+_shared_lock = threading.Lock()
+
+
+def _client() -> httpx.Client:
+    """One client per process, thread-safe, its connections kept: a new client per request
+    loads the CA bundle again (~0.1-0.2 s measured here), on the send's path for the query."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = httpx.Client()
+        return _shared
+
+
+def _vectors(payload: Any, *, count: int) -> list[list[float]]:
+    """The `count` vectors of an embeddings answer, in input order (the API carries an index
+    per item; servers are not bound to answer in order), each scaled to unit length so that a
+    dot product is the cosine."""
+    try:
+        items = sorted(payload["data"], key=lambda item: int(item["index"]))
+        vectors = [[float(x) for x in item["embedding"]] for item in items]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EmbeddingError(f"malformed embeddings answer: {exc!r}") from exc
+    if len(vectors) != count or not vectors or any(not v for v in vectors):
+        raise EmbeddingError(f"expected {count} vectors, got {len(vectors)}")
+    if len({len(v) for v in vectors}) != 1:
+        raise EmbeddingError("vectors of different lengths in one answer")
+    out = []
+    for v in vectors:
+        norm = math.sqrt(sum(x * x for x in v))
+        if not math.isfinite(norm):
+            raise EmbeddingError("a vector holds a non-finite number")
+        # An all-zero vector (an empty text on some servers) matches nothing: kept as zeros.
+        out.append([x / norm for x in v] if norm else v)
+    return out
+
+
+def embeddings_create(
+    *, config: EmbeddingConfig, texts: list[str], timeout: float
+) -> list[list[float]]:
+    """One vector per text, unit length, in order. Raises EmbeddingError on any failure."""
+    if not texts:
+        return []
+    body: dict[str, Any] = {"model": config.model, "input": texts, "encoding_format": "float"}
+    if config.dimensions:
+        body["dimensions"] = config.dimensions
+    headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+    try:
+        response = _client().post(
+            f"{config.base_url}/embeddings", json=body, headers=headers, timeout=timeout
+        )
+    except httpx.HTTPError as exc:
+        raise EmbeddingError(f"{type(exc).__name__}: {exc}") from exc
+    if response.status_code != 200:
+        raise EmbeddingError(f"HTTP {response.status_code}: {response.text[:200]}")
+    try:
+        payload = response.json()
+    except ValueError as exc:
+        raise EmbeddingError("the answer is not JSON") from exc
+    return _vectors(payload, count=len(texts))
