@@ -18,7 +18,20 @@ from django.conf import settings
 
 
 class EmbeddingError(Exception):
-    """The server could not be reached, failed, or answered something that is not vectors."""
+    """The server could not be reached, failed, or answered something that is not vectors.
+    `status`: the HTTP status when the server answered with an error (None: no answer, or
+    not vectors)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def about_the_input(self) -> bool:
+        """The server answered an error that may be about one of the texts (llama.cpp's
+        "too many tokens" is a 500 in llama-cpp-python, a 400 elsewhere), not a busy or
+        unreachable server."""
+        return self.status is not None and self.status not in (408, 429, 502, 503, 504)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +68,26 @@ def _client() -> httpx.Client:
         return _shared
 
 
+def _pooled(embedding: Any) -> list[float]:
+    """One vector. llama-cpp-python answers a model without a pooling layer (a chat model such
+    as SmolLM2 served with --embedding) with one vector per token: their mean stands for the
+    text, the usual pooling of such models."""
+    if embedding and isinstance(embedding[0], list):
+        rows = [[float(x) for x in row] for row in embedding]
+        width = len(rows[0])
+        if any(len(row) != width for row in rows):
+            raise ValueError("token vectors of different lengths")
+        return [sum(column) / len(rows) for column in zip(*rows, strict=True)]
+    return [float(x) for x in embedding]
+
+
 def _vectors(payload: Any, *, count: int) -> list[list[float]]:
     """The `count` vectors of an embeddings answer, in input order (the API carries an index
     per item; servers are not bound to answer in order), each scaled to unit length so that a
     dot product is the cosine."""
     try:
         items = sorted(payload["data"], key=lambda item: int(item["index"]))
-        vectors = [[float(x) for x in item["embedding"]] for item in items]
+        vectors = [_pooled(item["embedding"]) for item in items]
     except (KeyError, TypeError, ValueError) as exc:
         raise EmbeddingError(f"malformed embeddings answer: {exc!r}") from exc
     if len(vectors) != count or not vectors or any(not v for v in vectors):
@@ -95,7 +121,9 @@ def embeddings_create(
     except httpx.HTTPError as exc:
         raise EmbeddingError(f"{type(exc).__name__}: {exc}") from exc
     if response.status_code != 200:
-        raise EmbeddingError(f"HTTP {response.status_code}: {response.text[:200]}")
+        raise EmbeddingError(
+            f"HTTP {response.status_code}: {response.text[:200]}", status=response.status_code
+        )
     try:
         payload = response.json()
     except ValueError as exc:

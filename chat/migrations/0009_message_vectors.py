@@ -1,13 +1,10 @@
 """Message vectors for semantic recall (off unless LLM_EMBEDDING_MODEL is set: then the table
-stays empty). Plain columns on both vendors, no extension (docs/search.md). The foreign keys
-cascade in the database too (cadau/dbconstraints.py), so a raw delete of a session or message
-is not refused by its vectors."""
+stays empty). Plain columns on both vendors, no extension (docs/search.md). The foreign keys get
+their ON DELETE in the next migration (on PostgreSQL they exist only once this one ends)."""
 
 import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
-
-from cadau.dbconstraints import ForeignKeyOnDelete
 
 
 class Migration(migrations.Migration):
@@ -47,12 +44,5 @@ class Migration(migrations.Migration):
                     models.Index(fields=["session", "message"], name="chat_msg_vector_session_idx")
                 ],
             },
-        ),
-        ForeignKeyOnDelete(
-            table="chat_message_vectors",
-            foreign_keys=[
-                ("message_id", "chat_messages", "CASCADE"),
-                ("session_id", "chat_sessions", "CASCADE"),
-            ],
         ),
     ]

@@ -41,7 +41,7 @@ MIN_SIMILARITY = 0.0
 RRF_K = 60
 # What of a message is embedded: its opening, enough to say what it is about, and within an
 # embedding model's context (SmolLM2's llama.cpp server refuses inputs over its batch size).
-TEXT_RUNES = 1500
+TEXT_RUNES = 1000
 # The turn before the new message counts for half, as in the lexical query.
 CONTEXT_WEIGHT = 0.5
 _ROLES = (MessageRole.USER, MessageRole.ASSISTANT)
@@ -95,6 +95,39 @@ def _store(*, session_id: int, model: str, ids: list[int], vectors: list[list[fl
             )
 
 
+def _embed_batch(config: EmbeddingConfig, batch: list[tuple[int, str]]) -> list[list[float]]:
+    """The batch's vectors. When the server errs on the batch in a way that may be about one
+    text (too long for its batch size, say), the texts are asked one by one; a text that fails
+    alone while others pass gets an empty vector: stored, so it is not asked again at every
+    turn, and never a candidate (no length matches). Else one such text would hold back every
+    message after it, for good. When every text fails, the server is failing: nothing is
+    stored, all stay pending."""
+    timeout = settings.LLM_EMBEDDING_TIMEOUT_SECONDS
+    texts = [content[:TEXT_RUNES] for _, content in batch]
+    try:
+        return embeddings_create(config=config, texts=texts, timeout=timeout)
+    except EmbeddingError as exc:
+        if not exc.about_the_input:
+            raise
+        failed: EmbeddingError = exc
+    vectors: list[list[float]] = []
+    refused: list[int] = []
+    for (mid, _), text in zip(batch, texts, strict=True):
+        try:
+            vectors += embeddings_create(config=config, texts=[text], timeout=timeout)
+        except EmbeddingError as exc:
+            if not exc.about_the_input:
+                raise
+            failed = exc
+            refused.append(mid)
+            vectors.append([])
+    if len(refused) == len(batch):
+        raise failed
+    for mid in refused:
+        logger.warning("chat_embedding_refused message=%s error=%s", mid, failed)
+    return vectors
+
+
 def session_embed_pending(*, session_id: int) -> int:
     """Embed, batch by batch, the session's messages that have no vector of the configured
     model. Returns how many were embedded; stops at the first failure (logged), leaving the
@@ -105,11 +138,7 @@ def session_embed_pending(*, session_id: int) -> int:
     done = 0
     while batch := _embeddable(session_id, config.model):
         try:
-            vectors = embeddings_create(
-                config=config,
-                texts=[content[:TEXT_RUNES] for _, content in batch],
-                timeout=settings.LLM_EMBEDDING_TIMEOUT_SECONDS,
-            )
+            vectors = _embed_batch(config, batch)
         except EmbeddingError as exc:
             logger.warning(
                 "chat_embedding_failed session=%s pending=%d error=%s", session_id, len(batch), exc

@@ -8,7 +8,8 @@ while sharing no word with it: a test can tell semantic candidates from lexical 
 words count for nothing (else every question would be near every other).
 
 Also the state tests drive (on FakeLLMServer): the inputs of every call (`embedding_inputs`),
-failing the next calls (`embeddings_fail`), and a delay (`embeddings_delay`).
+failing the next calls (`embeddings_fail`), a delay (`embeddings_delay`), and refusing long
+texts (`embeddings_limit`).
 """
 
 from __future__ import annotations

@@ -178,11 +178,11 @@ class Handler(BaseHTTPRequestHandler):
     def _embeddings(self, body: dict[str, Any]) -> None:
         raw = body.get("input")
         texts = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
-        fail, delay, release = self.fake._embedding_admit([str(t) for t in texts])
+        status, delay, release = self.fake._embedding_admit([str(t) for t in texts])
         if delay:
             release.wait(delay)
-        if fail:
-            self._error(500, "embedding failed (fake fault)")
+        if status:
+            self._error(status, "embedding refused (fake limit)" if status == 400 else "fault")
             return
         status, payload = embeddings_answer(body)
         try:

@@ -50,7 +50,9 @@ class FakeLLMServer:
         # /v1/embeddings (devtools/fakellm/embeddings.py): each call's inputs, failures to come.
         self._embedding_inputs: list[list[str]] = []
         self._embedding_failures = 0
+        self._embedding_fail_status = 500
         self._embedding_delay = 0.0
+        self._embedding_max_words = 0
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -222,15 +224,22 @@ class FakeLLMServer:
 
     # --- embeddings ----------------------------------------------------------------------
 
-    def embeddings_fail(self, *, times: int = 1) -> None:
-        """The next `times` embeddings calls answer 500."""
+    def embeddings_fail(self, *, times: int = 1, status: int = 500) -> None:
+        """The next `times` embeddings calls answer `status`."""
         with self._lock:
             self._embedding_failures += times
+            self._embedding_fail_status = status
 
     def embeddings_delay(self, seconds: float) -> None:
         """Every embeddings call answers after `seconds` (0: at once)."""
         with self._lock:
             self._embedding_delay = seconds
+
+    def embeddings_limit(self, words: int) -> None:
+        """Refuse (400) a call with a text over `words` words, as llama-cpp-python refuses one
+        over its batch size (0: no limit)."""
+        with self._lock:
+            self._embedding_max_words = words
 
     @property
     def embedding_inputs(self) -> list[list[str]]:
@@ -238,13 +247,18 @@ class FakeLLMServer:
         with self._lock:
             return [list(texts) for texts in self._embedding_inputs]
 
-    def _embedding_admit(self, texts: list[str]) -> tuple[bool, float, threading.Event]:
-        """Record a call; (fail it?, delay, the event a reset wakes the delay with)."""
+    def _embedding_admit(self, texts: list[str]) -> tuple[int, float, threading.Event]:
+        """Record a call; (the status to fail it with or 0, delay, the event a reset wakes the
+        delay with)."""
         with self._lock:
             self._embedding_inputs.append(texts)
+            limit = self._embedding_max_words
+            if limit and any(len(t.split()) > limit for t in texts):
+                return 400, self._embedding_delay, self._release
             fail = self._embedding_failures > 0
             self._embedding_failures -= 1 if fail else 0
-            return fail, self._embedding_delay, self._release
+            status = self._embedding_fail_status if fail else 0
+            return status, self._embedding_delay, self._release
 
     # --- per-request decisions (called from handler threads) -----------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
@@ -158,15 +159,47 @@ def test_embedding_skips_what_the_model_is_never_sent_and_batches(owner, embeddi
 def test_a_failing_server_loses_nothing(owner, embeddings, settings, caplog):
     session: ChatSession = ChatSessionFactory.create(owner=owner)
     make_conversation(session, turns=6, words=3)
-    embeddings.embeddings_fail(times=1)
+    embeddings.embeddings_fail(times=1, status=503)
     with caplog.at_level(logging.WARNING, logger="chat.search"):
         assert session_embed_pending(session_id=session.pk) == 0
     assert any("chat_embedding_failed" in r.message for r in caplog.records)
     assert session_embed_pending(session_id=session.pk) == 12  # the next run has them all
+    # A 500 for the batch, and for each text alone: a failing server, not a text. Nothing
+    # is stored empty; all stay pending.
+    MessageVector.objects.all().delete()
+    embeddings.embeddings_fail(times=1 + 8)
+    assert session_embed_pending(session_id=session.pk) == 0
+    assert not MessageVector.objects.exists()
+    assert session_embed_pending(session_id=session.pk) == 12
     # Another model's vectors are not compared: they are embedded again.
     settings.LLM_EMBEDDING_MODEL = "another-embedding"
     assert session_embed_pending(session_id=session.pk) == 12
     assert set(MessageVector.objects.values_list("model", flat=True)) == {"another-embedding"}
+
+
+def test_a_text_the_server_refuses_holds_back_no_other(owner, embeddings, caplog):
+    session: ChatSession = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=2, words=3)
+    long = ChatMessage.objects.create(session=session, role=MessageRole.USER, content="x " * 50)
+    make_conversation(session, turns=2, words=3)
+    embeddings.embeddings_limit(20)
+    with caplog.at_level(logging.WARNING, logger="chat.search"):
+        assert session_embed_pending(session_id=session.pk) == 9
+    assert any(f"chat_embedding_refused message={long.pk}" in r.message for r in caplog.records)
+    # Stored empty: not asked again, never a candidate.
+    assert bytes(MessageVector.objects.get(message=long).embedding) == b""
+    assert session_embed_pending(session_id=session.pk) == 0
+    ask = RecallAsk(
+        session_id=session.pk,
+        owner_id=owner.pk,
+        below_id=long.pk + 100,
+        gap=(),
+        query="x",
+        context="",
+        room=4000,
+    )
+    nearest = semantic_nearest(ask, np.ones(64, dtype=np.float32) / 8)
+    assert len(nearest) == 8 and long.pk not in nearest
 
 
 def test_send_embeds_in_the_background_and_survives_a_failing_server(
