@@ -273,7 +273,7 @@ class MessageVector(models.Model):
     session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="+")
     # Vectors of different models are not comparable: a changed model re-embeds.
     model = models.CharField(max_length=200)
-    # Unit length, float32 little-endian (chat/search/semantic.py `vector_pack`): bytea on
+    # Unit length, float16 little-endian (chat/search/semantic.py `vector_pack`): bytea on
     # PostgreSQL, a BLOB on SQLite, read straight into numpy. Why not pgvector / sqlite-vec:
     # docs/search.md ("Semantic recall").
     embedding = models.BinaryField()

@@ -125,6 +125,6 @@ def real_embeddings(real_embedding_server: RealLLM, settings) -> RealLLM:
     settings.LLM_EMBEDDING_BASE_URL = real_embedding_server.base_url
     settings.LLM_EMBEDDING_API_KEY = ""
     # A CPU model on a busy machine: the query's timeout of a real deployment would be short.
-    settings.LLM_EMBEDDING_TIMEOUT_SECONDS = 120.0
-    settings.LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS = 60.0
+    settings.LLM_EMBEDDING_TIMEOUT_SECONDS = 300.0
+    settings.LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS = 300.0
     return real_embedding_server

@@ -8,6 +8,7 @@ the embedder tries again with the next turn, and a send recalls lexically rather
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from typing import Any
 
 import httpx
 from django.conf import settings
+
+logger = logging.getLogger("chat.llm")
 
 
 class EmbeddingError(Exception):
@@ -104,12 +107,16 @@ def _vectors(payload: Any, *, count: int) -> list[list[float]]:
     return out
 
 
-def embeddings_create(
-    *, config: EmbeddingConfig, texts: list[str], timeout: float
-) -> list[list[float]]:
-    """One vector per text, unit length, in order. Raises EmbeddingError on any failure."""
-    if not texts:
-        return []
+def _token_level(payload: Any) -> bool:
+    try:
+        return any(
+            item["embedding"] and isinstance(item["embedding"][0], list) for item in payload["data"]
+        )
+    except (KeyError, TypeError, IndexError):
+        return False
+
+
+def _post(config: EmbeddingConfig, texts: list[str], *, timeout: float) -> Any:
     body: dict[str, Any] = {"model": config.model, "input": texts, "encoding_format": "float"}
     if config.dimensions:
         body["dimensions"] = config.dimensions
@@ -125,7 +132,42 @@ def embeddings_create(
             f"HTTP {response.status_code}: {response.text[:200]}", status=response.status_code
         )
     try:
-        payload = response.json()
+        return response.json()
     except ValueError as exc:
         raise EmbeddingError("the answer is not JSON") from exc
+
+
+# Servers (base URL, model) that answer token vectors: asked one text per request from then on.
+_one_by_one: set[tuple[str, str]] = set()
+
+
+def embeddings_create(
+    *, config: EmbeddingConfig, texts: list[str], timeout: float
+) -> list[list[float]]:
+    """One vector per text, unit length, in order; each request within `timeout`. Raises
+    EmbeddingError on any failure.
+
+    A server that answers one vector per token (llama-cpp-python serving a model without a
+    pooling layer) is asked one text per request: given several, it returns the first text's
+    right and the others' wrong (measured with SmolLM2-135M: a text's vector in a batch of
+    three had a cosine of 0.01-0.03 with its vector alone). Found out on its first batch,
+    which is asked again text by text; remembered for the process. (Then a send's query, two
+    texts, may wait twice the query timeout.)"""
+    if not texts:
+        return []
+    key = (config.base_url, config.model)
+    if len(texts) > 1 and key in _one_by_one:
+        return [_one(config, text, timeout=timeout) for text in texts]
+    payload = _post(config, texts, timeout=timeout)
+    if len(texts) > 1 and _token_level(payload):
+        _one_by_one.add(key)
+        logger.warning(
+            "chat_embedding_one_by_one model=%s: the server answers token vectors", config.model
+        )
+        first = _vectors(payload, count=len(texts))[0]
+        return [first] + [_one(config, text, timeout=timeout) for text in texts[1:]]
     return _vectors(payload, count=len(texts))
+
+
+def _one(config: EmbeddingConfig, text: str, *, timeout: float) -> list[float]:
+    return _vectors(_post(config, [text], timeout=timeout), count=1)[0]

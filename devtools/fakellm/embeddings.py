@@ -8,8 +8,9 @@ while sharing no word with it: a test can tell semantic candidates from lexical 
 words count for nothing (else every question would be near every other).
 
 Also the state tests drive (on FakeLLMServer): the inputs of every call (`embedding_inputs`),
-failing the next calls (`embeddings_fail`), a delay (`embeddings_delay`), and refusing long
-texts (`embeddings_limit`).
+failing the next calls (`embeddings_fail`), a delay (`embeddings_delay`), refusing long texts
+(`embeddings_limit`), and llama-cpp-python's answer for a chat model (`embeddings_per_token`:
+a vector per word, and wrong ones for every text of a batch after the first).
 """
 
 from __future__ import annotations
@@ -106,8 +107,22 @@ def text_vector(text: str, *, dimensions: int = DIMENSIONS) -> list[float]:
     return [x / norm for x in vector] if norm else vector
 
 
-def embeddings_answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """(status, JSON body) for an embeddings request, as OpenAI answers it."""
+def _token_vectors(text: str, *, dimensions: int, garbled: bool) -> list[list[float]]:
+    """One vector per word (llama-cpp-python's answer for a model without pooling): their mean
+    points where `text_vector` does. `garbled`: what that server returns for a text after the
+    first of a batch, vectors unrelated to the text (here: those of its reversed words)."""
+    words = [w for w in _WORD.findall(text) if w.casefold() not in STOP_WORDS] or ["_"]
+    if garbled:
+        words = [w[::-1] + "~" for w in words]
+    return [text_vector(w, dimensions=dimensions) for w in words]
+
+
+def embeddings_answer(
+    body: dict[str, Any], *, per_token: bool = False
+) -> tuple[int, dict[str, Any]]:
+    """(status, JSON body) for an embeddings request, as OpenAI answers it; `per_token`: as
+    llama-cpp-python answers for a chat model (devtools/fakellm/server.py
+    `embeddings_per_token`)."""
     raw = body.get("input")
     texts = [raw] if isinstance(raw, str) else raw
     if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
@@ -116,7 +131,13 @@ def embeddings_answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     if not isinstance(dimensions, int) or dimensions < 1:
         return 400, {"error": {"message": "dimensions must be a positive integer"}}
     data = [
-        {"object": "embedding", "index": i, "embedding": text_vector(t, dimensions=dimensions)}
+        {
+            "object": "embedding",
+            "index": i,
+            "embedding": _token_vectors(t, dimensions=dimensions, garbled=i > 0)
+            if per_token
+            else text_vector(t, dimensions=dimensions),
+        }
         for i, t in enumerate(texts)
     ]
     tokens = sum(len(t.split()) for t in texts)

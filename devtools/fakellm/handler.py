@@ -184,7 +184,7 @@ class Handler(BaseHTTPRequestHandler):
         if status:
             self._error(status, "embedding refused (fake limit)" if status == 400 else "fault")
             return
-        status, payload = embeddings_answer(body)
+        status, payload = embeddings_answer(body, per_token=self.fake.embedding_per_token)
         try:
             self.send_json(status, payload)
         except _ClientGone:

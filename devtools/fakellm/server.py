@@ -53,6 +53,7 @@ class FakeLLMServer:
         self._embedding_fail_status = 500
         self._embedding_delay = 0.0
         self._embedding_max_words = 0
+        self.embedding_per_token = False
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -240,6 +241,12 @@ class FakeLLMServer:
         over its batch size (0: no limit)."""
         with self._lock:
             self._embedding_max_words = words
+
+    def embeddings_per_token(self, on: bool = True) -> None:
+        """Answer as llama-cpp-python does for a model without pooling (SmolLM2 with
+        --embedding): a vector per word, right for a batch's first text only."""
+        with self._lock:
+            self.embedding_per_token = on
 
     @property
     def embedding_inputs(self) -> list[list[str]]:

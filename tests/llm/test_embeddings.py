@@ -4,6 +4,7 @@ tests to prove anything."""
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 
@@ -89,3 +90,22 @@ def test_answers_parsed_strictly_and_token_vectors_pooled():
     ):
         with pytest.raises(EmbeddingError):
             _vectors(bad, count=2)
+
+
+def test_a_server_of_token_vectors_is_asked_one_text_at_a_time(fake_llm, caplog):
+    """llama-cpp-python serving a chat model: a vector per token, right for a batch's first
+    text only. The client finds out on the first batch, asks again one by one, remembers."""
+    fake_llm.embeddings_per_token()
+    config = EmbeddingConfig(
+        base_url=fake_llm.base_url, api_key="", model="per-token", dimensions=0
+    )
+    texts = ["we got another cat", "the door code", "sunny and warm"]
+    with caplog.at_level(logging.WARNING, logger="chat.llm"):
+        vectors = embeddings_create(config=config, texts=texts, timeout=2.0)
+    assert [v == pytest.approx(text_vector(t)) for v, t in zip(vectors, texts, strict=True)] == [
+        True
+    ] * 3
+    assert fake_llm.embedding_inputs == [texts, texts[1:2], texts[2:3]]
+    assert any("chat_embedding_one_by_one" in r.message for r in caplog.records)
+    embeddings_create(config=config, texts=texts[:2], timeout=2.0)
+    assert fake_llm.embedding_inputs[3:] == [texts[:1], texts[1:2]]
