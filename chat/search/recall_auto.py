@@ -36,7 +36,7 @@ from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
 from chat.search.backends import Scope
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.selectors import QUERY_MAX_CHARS, message_ids_search, search_deadline
-from chat.search.semantic import rank_fuse, semantic_nearest, semantic_query_vector
+from chat.search.semantic import rank_fuse, semantic_ranking
 from chat.search.terms import recall_terms, term_is_identifier, term_stem
 
 logger = logging.getLogger("chat.search")
@@ -71,10 +71,9 @@ def _gap_hits(gap: Iterable[TailMessage], term: str) -> list[int]:
 def recall_auto(ask: RecallAsk) -> list[Recalled]:
     """The best matches of `ask`, with their neighbours, fitted to `ask.room` once rendered, in
     conversation order. Logs `chat_context_recall source=auto`."""
-    # Before the deadline's transaction: no transaction stays open across the HTTP call.
-    query_vector = semantic_query_vector(ask)
+    # Apart from the lexical search's deadline: its own failure leaves lexical recall whole.
+    nearest = semantic_ranking(ask)
     with search_deadline(RECALL_SECONDS):
-        nearest = semantic_nearest(ask, query_vector) if query_vector is not None else []
         recalled = _recall(ask, nearest=nearest)
     logger.info(
         "chat_context_recall source=auto session=%s hits=%d semantic=%d runes=%d",

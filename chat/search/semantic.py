@@ -30,6 +30,7 @@ from django.utils import timezone
 from chat.context.compose import RecallAsk
 from chat.llm.embeddings import EmbeddingConfig, EmbeddingError, embeddings_create
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, ChatSession, MessageRole, MessageVector
+from chat.search.selectors import search_deadline
 from chat.workers import embedding_submit
 
 logger = logging.getLogger("chat.search")
@@ -37,6 +38,8 @@ logger = logging.getLogger("chat.search")
 # Semantic candidates per recall: as many as the lexical side brings of its best.
 NEAREST = 20
 MIN_SIMILARITY = 0.0
+# The read of the session's vectors, on the send's path.
+SEMANTIC_SECONDS = 1.0
 # Reciprocal-rank fusion's constant: 60 in the paper, and in most systems since.
 RRF_K = 60
 # What of a message is embedded: its opening, enough to say what it is about, and within an
@@ -270,6 +273,22 @@ def semantic_nearest(ask: RecallAsk, query: np.ndarray, *, most: int = NEAREST) 
     best = np.argsort(-similarity, kind="stable")[:most]
     # Nothing in common (orthogonal, or opposed) is no candidate, however few the others.
     return [ids[i] for i in best if similarity[i] > MIN_SIMILARITY]
+
+
+def semantic_ranking(ask: RecallAsk) -> list[int]:
+    """`semantic_nearest` for `ask`'s query; [] when off, when the session has nothing
+    embedded, or on any failure (logged): recall is lexical then, and the send goes on. The
+    query's HTTP call runs outside any transaction; the read has a deadline of its own (on
+    PostgreSQL a statement timeout aborts the transaction it is in: not the lexical one's)."""
+    try:
+        query = semantic_query_vector(ask)
+        if query is None:
+            return []
+        with search_deadline(SEMANTIC_SECONDS):
+            return semantic_nearest(ask, query)
+    except Exception:
+        logger.warning("chat_recall_semantic_failed session=%s", ask.session_id, exc_info=True)
+        return []
 
 
 def rank_fuse(lexical: dict[int, float], nearest: list[int]) -> dict[int, float]:

@@ -279,3 +279,21 @@ def test_vectors_go_with_their_session(owner, embeddings):
     assert MessageVector.objects.exists()
     ChatSession.objects.filter(pk=session.pk).delete()
     assert not MessageVector.objects.exists()
+
+
+def test_a_failing_semantic_read_leaves_lexical_recall_whole(
+    owner, embeddings, monkeypatch, caplog
+):
+    session, cat = _archived(owner, embeddings)
+    door = "The door code is 4471-KX."
+    ChatMessage.objects.filter(pk=cat.pk + 12).update(content=door)
+    session_embed_pending(session_id=session.pk)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("vector read failed")
+
+    monkeypatch.setattr("chat.search.semantic.semantic_nearest", broken)
+    with caplog.at_level(logging.WARNING, logger="chat.search"):
+        system = _payload_for(session, "Which pets, and which door code?").messages[0]["content"]
+    assert door in system and CAT not in system
+    assert any("chat_recall_semantic_failed" in r.message for r in caplog.records)
