@@ -9,9 +9,9 @@ configures an embedding model (LLM_EMBEDDING_MODEL); otherwise nothing here runs
   a whole database. Tool results and replies the model is never sent are not embedded.
 - Reading: at send time the new message and the turn before it are embedded in one request
   under LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS (the one call on the send's path), and the
-  session's vectors older than the payload's core are compared with it, exactly (numpy: a
-  session's few thousand vectors are a few milliseconds; docs/search.md for why not pgvector or
-  sqlite-vec). Any failure: no semantic candidates, recall stays lexical, the send goes on.
+  session's vectors older than the payload's core are compared with it, exactly, in numpy
+  (docs/search.md: why not pgvector or sqlite-vec, and what the read costs). Any failure: no
+  semantic candidates, recall stays lexical, the send goes on.
 - Merging: reciprocal-rank fusion (Cormack et al., 2009) of the two rankings: it needs no
   common scale between BM25-like sums and cosines, and a message both find comes first.
 """
