@@ -42,6 +42,8 @@ DB_ON_DELETE: tuple[tuple[str, str, str, str], ...] = (
     ("agent_memory_flushes", "session_id", "chat_sessions", "CASCADE"),
     ("chat_sessions", "agent_id", "agents", "SET NULL"),
     ("agent_memory_flushes", "agent_id", "agents", "SET NULL"),
+    ("chat_message_vectors", "message_id", "chat_messages", "CASCADE"),
+    ("chat_message_vectors", "session_id", "chat_sessions", "CASCADE"),
 )
 
 ForeignKeys = Sequence[tuple[str, str, str | None]]

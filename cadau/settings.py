@@ -404,6 +404,33 @@ LLM_IDLE_WAIT_SECONDS: float = _strict(env.float, "LLM_IDLE_WAIT_SECONDS", defau
 if LLM_BASE_URL and not LLM_BASE_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured("LLM_BASE_URL must start with http:// or https://")
 
+# Semantic recall (docs/search.md): an embedding model on an OpenAI-compatible /v1/embeddings.
+# Empty model: off (lexical recall only, nothing embedded, no vector written).
+LLM_EMBEDDING_MODEL: str = env.str("LLM_EMBEDDING_MODEL", default="")
+LLM_EMBEDDING_BASE_URL: str = (
+    env.str("LLM_EMBEDDING_BASE_URL", default="").rstrip("/") or LLM_BASE_URL
+)
+LLM_EMBEDDING_API_KEY: str = env.str("LLM_EMBEDDING_API_KEY", default="") or LLM_API_KEY
+# Asked of the server when > 0 (models that can shorten their vectors); 0: the model's own.
+LLM_EMBEDDING_DIMENSIONS: int = _int("LLM_EMBEDDING_DIMENSIONS", default=0)
+# Texts per request of the background embedder.
+LLM_EMBEDDING_BATCH: int = _int("LLM_EMBEDDING_BATCH", default=32, minimum=1)
+# The background embedder's requests (a batch) and the send's one query embedding: a send waits
+# at most this long before recalling lexically only.
+LLM_EMBEDDING_TIMEOUT_SECONDS: float = _strict(
+    env.float, "LLM_EMBEDDING_TIMEOUT_SECONDS", default=30.0
+)
+LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS: float = _strict(
+    env.float, "LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS", default=2.0
+)
+if LLM_EMBEDDING_MODEL and not LLM_EMBEDDING_BASE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        "LLM_EMBEDDING_MODEL needs LLM_EMBEDDING_BASE_URL (or LLM_BASE_URL): an http(s):// URL"
+    )
+for _name in ("LLM_EMBEDDING_TIMEOUT_SECONDS", "LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS"):
+    if globals()[_name] <= 0:
+        raise ImproperlyConfigured(f"{_name}: must be > 0")
+
 # The heading the session summary is sent to the model under (chat/context/heading.py): "auto"
 # follows the summary's language (Chinese gets the original's 【历史对话摘要…】), "en" or "zh"
 # forces one.

@@ -260,3 +260,30 @@ class ContextSnapshot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.outcome} snapshot #{self.pk}"
+
+
+class MessageVector(models.Model):
+    """A message's embedding, for semantic recall (docs/search.md). Written after commit by the
+    background embedder; only when an embedding model is configured."""
+
+    message = models.OneToOneField(
+        ChatMessage, on_delete=models.CASCADE, primary_key=True, related_name="vector"
+    )
+    # The message's session, so a recall's nearest-neighbour scan reads one session's rows.
+    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="+")
+    # Vectors of different models are not comparable: a changed model re-embeds.
+    model = models.CharField(max_length=200)
+    # Unit length, float16 little-endian (chat/search/semantic.py `vector_pack`): bytea on
+    # PostgreSQL, a BLOB on SQLite, read straight into numpy. Why not pgvector / sqlite-vec:
+    # docs/search.md ("Semantic recall").
+    embedding = models.BinaryField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "chat_message_vectors"
+        indexes = [
+            models.Index(fields=["session", "message"], name="chat_msg_vector_session_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"vector of #{self.message_id}"

@@ -4,6 +4,7 @@
 - `background_submit(fn, **kwargs)`: work nobody awaits (compaction after a reply) in a small
   bounded pool, so a burst of replies cannot start a thread storm.
 - `model_wait_run(fn, **kwargs)`: a request awaiting a summarising model call ("compact now").
+- `embedding_submit(fn, **kwargs)`: the background embedder (semantic recall), on its own thread.
 """
 
 from __future__ import annotations
@@ -63,6 +64,18 @@ def _run(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 
 def background_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:
     future = _executor.submit(_run, fn, kwargs)
+    _pending.add(future)
+    future.add_done_callback(_pending.discard)
+    return future
+
+
+# One thread of its own: embedding batches must not queue behind summaries (a new message would
+# wait minutes for its vector), nor take the summaries' two threads.
+_embedder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cadau-embed")
+
+
+def embedding_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:
+    future = _embedder.submit(_run, fn, kwargs)
     _pending.add(future)
     future.add_done_callback(_pending.discard)
     return future

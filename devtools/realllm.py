@@ -48,7 +48,12 @@ def server_env() -> dict[str, str]:
     return {key: os.environ[key] for key in keep if key in os.environ}
 
 
-def server_argv(*, model_path: Path, port: int, n_ctx: int) -> list[str]:
+def server_argv(*, model_path: Path, port: int, n_ctx: int, embedding: bool = False) -> list[str]:
+    """The server's command line. `embedding`: a server of `/v1/embeddings` (semantic recall);
+    llama.cpp embeds a text in one batch, so the batch is the window: a longer text is an
+    error, not a cut."""
     argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path)]
     argv += ["--model_alias", REAL_LLM_MODEL, "--n_ctx", str(n_ctx)]
+    if embedding:
+        argv += ["--embedding", "true", "--n_batch", str(n_ctx), "--n_ubatch", str(n_ctx)]
     return [*argv, "--host", "127.0.0.1", "--port", str(port)]

@@ -87,3 +87,44 @@ def real_llm(real_llm_server: RealLLM, settings) -> Iterator[RealLLM]:
         yield real_llm_server
     finally:
         reset_provider()
+
+
+@pytest.fixture(scope="session")
+def real_embedding_server() -> Iterator[RealLLM]:
+    """A second server of the same model, serving /v1/embeddings (llama-cpp-python serves
+    embeddings or completions well, per process): semantic recall's tests."""
+    reason = real_llm_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    model_path = smollm2_model_path()
+    assert model_path is not None
+    port = free_port()
+    n_ctx = 2048
+    argv = server_argv(model_path=model_path, port=port, n_ctx=n_ctx, embedding=True)
+    started = time.monotonic()
+    server = ServerProcess(
+        argv=argv,
+        port=port,
+        env=server_env(),
+        log_path=ROOT / "artifacts" / "real-llm-embedding.log",
+    )
+    with server:
+        server.wait_ready(path="/v1/models", timeout=120)
+        yield RealLLM(
+            url=server.url,
+            n_ctx=n_ctx,
+            model=REAL_LLM_MODEL,
+            start_seconds=time.monotonic() - started,
+            log_path=server.log_path,
+        )
+
+
+@pytest.fixture
+def real_embeddings(real_embedding_server: RealLLM, settings) -> RealLLM:
+    settings.LLM_EMBEDDING_MODEL = real_embedding_server.model
+    settings.LLM_EMBEDDING_BASE_URL = real_embedding_server.base_url
+    settings.LLM_EMBEDDING_API_KEY = ""
+    # A CPU model on a busy machine: the query's timeout of a real deployment would be short.
+    settings.LLM_EMBEDDING_TIMEOUT_SECONDS = 300.0
+    settings.LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS = 300.0
+    return real_embedding_server

@@ -20,8 +20,9 @@ _PG_CODES = {"c": "CASCADE", "n": "SET NULL", "a": "NO ACTION", "r": "RESTRICT",
 
 def on_delete_actions() -> dict[tuple[str, str], str]:
     """(table, column) -> the database's ON DELETE action, for the foreign keys of
-    DB_ON_DELETE ("NO ACTION" when it has none)."""
-    tables = {table for table, *_ in DB_ON_DELETE}
+    DB_ON_DELETE whose table exists ("NO ACTION" when it has none)."""
+    # Only those that exist: migrated back, a later migration's tables (the vectors) are gone.
+    tables = {table for table, *_ in DB_ON_DELETE} & set(connection.introspection.table_names())
     found: dict[tuple[str, str], str] = {}
     with connection.cursor() as cursor:
         for table in sorted(tables):

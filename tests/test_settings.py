@@ -212,3 +212,39 @@ def test_no_mindlink_json_no_file(tmp_path):
     (tmp_path / "mindlink.json").mkdir()  # a directory of that name is not the file
     assert config_path_find(environ={}, cwd=tmp_path) is None
     assert config_path_find(environ={"CADAU_CONFIG": " /x.json "}, cwd=tmp_path) == "/x.json"
+
+
+def test_embeddings_off_by_default_and_inherit_the_chat_server():
+    done = _settings_in_child({}, "repr(s.LLM_EMBEDDING_MODEL)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "''"
+    done = _settings_in_child(
+        {
+            "LLM_BASE_URL": "http://127.0.0.1:9/v1/",
+            "LLM_API_KEY": "chat-key",
+            "LLM_EMBEDDING_MODEL": "nomic",
+        },
+        "s.LLM_EMBEDDING_BASE_URL, s.LLM_EMBEDDING_API_KEY, s.LLM_EMBEDDING_BATCH",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["http://127.0.0.1:9/v1", "chat-key", "32"]
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ({"LLM_EMBEDDING_MODEL": "nomic"}, "LLM_EMBEDDING_BASE_URL"),
+        (
+            {"LLM_EMBEDDING_MODEL": "nomic", "LLM_EMBEDDING_BASE_URL": "ftp://x"},
+            "LLM_EMBEDDING_BASE_URL",
+        ),
+        ({"LLM_EMBEDDING_BATCH": "0"}, "LLM_EMBEDDING_BATCH"),
+        ({"LLM_EMBEDDING_DIMENSIONS": "many"}, "LLM_EMBEDDING_DIMENSIONS"),
+        ({"LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS": "0"}, "LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS"),
+        ({"LLM_EMBEDDING_TIMEOUT_SECONDS": "soon"}, "LLM_EMBEDDING_TIMEOUT_SECONDS"),
+    ],
+)
+def test_embedding_settings_are_parsed_strictly(env, needle):
+    done = _settings_in_child({"LLM_BASE_URL": "", **env}, "1")
+    assert done.returncode != 0
+    assert "ImproperlyConfigured" in done.stderr and needle in done.stderr

@@ -6,13 +6,19 @@ index, chat/search/selectors.py) and the gap (verbatim-tail messages the compose
 in the payload's core, already in memory: scored here without a query).
 
 How "best" is found without embeddings (lexical, BM25-like):
-- the terms of the new message (chat/search/terms.py), and at half weight those of the turn
-  before it, since a question says "that" for something named a turn before; a long word is
-  also searched by its stem ("painting" finds "painted"), the index matching substrings;
-- a term weighs log(1 + messages / matches): a rare term says more than a common one;
-  identifiers (digits, dashes) twice as much; the whole message found as a phrase wins;
-- each hit brings the turn next to it at half its score: a question's answer (or the question
-  an answer needs) rarely repeats the question's words.
+- the terms of the new message (chat/search/terms.py), each by its English stem ("painting"
+  finds "painted": the matching is by substring), and at half weight those of the turn before
+  it, which only sharpen what the new message matches ("and when was that?");
+- the archive's newest 1,000 rows and the gap are matched in memory (one statement for every
+  term); only the rarest terms are also looked up in the index below that window, within a
+  time budget, as a trigram lookup costs with the matches it sorts;
+- a term weighs BM25's idf (a term in most messages says next to nothing), identifiers twice;
+  a long message's score is half length-normalised; the whole message found as a phrase wins;
+- each of the best hits brings the two turns on either side at half its score: a question's
+  answer (or the question an answer needs) rarely repeats the question's words.
+With an embedding model configured, the messages nearest the query's meaning
+(chat/search/semantic.py) join the ranking by reciprocal-rank fusion: "what pets does she
+have?" finds "we got another cat", which shares no word with it.
 Replies the model is never sent (streaming, failed) and tool results (text fetched from outside,
 the likeliest carrier of an injection) are never recalled. Each search runs under the recall
 deadline; a slow or failing one adds nothing and never fails a send.
@@ -34,6 +40,7 @@ from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
 from chat.search.backends import Scope, index_hits, indexable, window_rows
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.selectors import search_deadline
+from chat.search.semantic import rank_fuse, semantic_ranking
 from chat.search.terms import recall_terms, term_is_identifier, term_stem
 
 logger = logging.getLogger("chat.search")
@@ -79,20 +86,23 @@ def _weighted_terms(ask: RecallAsk) -> dict[str, float]:
 def recall_auto(ask: RecallAsk) -> list[Recalled]:
     """The best matches of `ask`, with their neighbours, fitted to `ask.room` once rendered, in
     conversation order. Logs `chat_context_recall source=auto`."""
+    # Apart from the lexical search's deadline: its own failure leaves lexical recall whole.
+    nearest = semantic_ranking(ask)
     with search_deadline(RECALL_SECONDS):
-        recalled = _recall(ask)
+        recalled = _recall(ask, nearest=nearest)
     logger.info(
-        "chat_context_recall source=auto session=%s hits=%d runes=%d",
+        "chat_context_recall source=auto session=%s hits=%d semantic=%d runes=%d",
         ask.session_id,
         len(recalled),
+        len(nearest),
         len(recall_render(recalled)),
     )
     return recalled
 
 
-def _recall(ask: RecallAsk) -> list[Recalled]:
+def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     terms = _weighted_terms(ask)
-    if not terms:
+    if not terms and not nearest:
         return []
     gap = [m for m in ask.gap if m.role in _ROLES and m.content]
     scope = (
@@ -154,6 +164,8 @@ def _recall(ask: RecallAsk) -> list[Recalled]:
         # The turn before only sharpens what the new message matches ("that bug" after a turn
         # naming it); alone it would recall what the payload holds already.
         scores = defaultdict(float, {mid: sc for mid, sc in scores.items() if mid in asked})
+    if nearest:
+        scores = defaultdict(float, rank_fuse(scores, nearest))
     if not scores:
         return []
     sequence = [mid for mid, _, _ in reversed(window)] + [m.id for m in ask.gap]

@@ -23,6 +23,7 @@ from chat.context import (
 from chat.llm import slots
 from chat.llm.window import tokens_learn
 from chat.models import ChatMessage, MessageStatus
+from chat.search.semantic import session_embed_later
 from chat.services.compaction import session_compact
 from chat.services.titles import session_title_after_reply
 from chat.turn.replies import reply_cancel_store, reply_finish
@@ -127,6 +128,8 @@ def after_reply_run(
         # A title is a nicety: it never fails a stored reply.
         logger.exception("chat_title_failed session=%s", session.pk)
     compact_later_if_due(after, query_runes)
+    # The turn's two messages (and any a failed run left) get their vectors off this path.
+    session_embed_later(session_id=session.pk)
 
 
 def compact_later_if_due(state: ContextState, next_message_runes: int) -> None:

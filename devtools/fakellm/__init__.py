@@ -2,7 +2,8 @@
 offline demos (`python manage.py fakellm`).
 
 Endpoints: `POST /v1/chat/completions` (stream and non-stream, tool calls in the OpenAI delta
-format), `GET /v1/models`, and a control API under `/_control/` mirroring the Python API, so a
+format), `POST /v1/embeddings` (deterministic vectors that fold synonyms: embeddings.py),
+`GET /v1/models`, and a control API under `/_control/` mirroring the Python API, so a
 test can drive a server living in another process.
 
 Which calls are summaries: a request whose first system message contains `SUMMARY_MARKER`

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from devtools.fakellm.completion import Answer, send_stream, send_whole
+from devtools.fakellm.embeddings import embeddings_answer
 from devtools.fakellm.scripts import (
     DEFAULT_QUOTED_WINDOW,
     GARBAGE_TEXT,
@@ -167,10 +168,27 @@ class Handler(BaseHTTPRequestHandler):
             return
         if path in ("/v1/chat/completions", "/chat/completions"):
             self._completions(body)
+        elif path in ("/v1/embeddings", "/embeddings"):
+            self._embeddings(body)
         elif path.startswith("/_control/"):
             self._control(path.removeprefix("/_control/"), body)
         else:
             self._error(404, f"no route for POST {path}")
+
+    def _embeddings(self, body: dict[str, Any]) -> None:
+        raw = body.get("input")
+        texts = [raw] if isinstance(raw, str) else raw if isinstance(raw, list) else []
+        status, delay, release = self.fake._embedding_admit([str(t) for t in texts])
+        if delay:
+            release.wait(delay)
+        if status:
+            self._error(status, "embedding refused (fake limit)" if status == 400 else "fault")
+            return
+        status, payload = embeddings_answer(body, per_token=self.fake.embedding_per_token)
+        try:
+            self.send_json(status, payload)
+        except _ClientGone:
+            self.close_connection = True
 
     def _control(self, action: str, body: dict[str, Any]) -> None:
         fake = self.fake

@@ -47,6 +47,13 @@ class FakeLLMServer:
         self._slots: threading.Semaphore | None = None
         # Hanging handlers wait on this; reset()/stop() set it so no thread outlives a test.
         self._release = threading.Event()
+        # /v1/embeddings (devtools/fakellm/embeddings.py): each call's inputs, failures to come.
+        self._embedding_inputs: list[list[str]] = []
+        self._embedding_failures = 0
+        self._embedding_fail_status = 500
+        self._embedding_delay = 0.0
+        self._embedding_max_words = 0
+        self.embedding_per_token = False
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -215,6 +222,50 @@ class FakeLLMServer:
             "summary": sum(1 for c in calls if c["kind"] == "summary"),
             "calls": calls,
         }
+
+    # --- embeddings ----------------------------------------------------------------------
+
+    def embeddings_fail(self, *, times: int = 1, status: int = 500) -> None:
+        """The next `times` embeddings calls answer `status`."""
+        with self._lock:
+            self._embedding_failures += times
+            self._embedding_fail_status = status
+
+    def embeddings_delay(self, seconds: float) -> None:
+        """Every embeddings call answers after `seconds` (0: at once)."""
+        with self._lock:
+            self._embedding_delay = seconds
+
+    def embeddings_limit(self, words: int) -> None:
+        """Refuse (400) a call with a text over `words` words, as llama-cpp-python refuses one
+        over its batch size (0: no limit)."""
+        with self._lock:
+            self._embedding_max_words = words
+
+    def embeddings_per_token(self, on: bool = True) -> None:
+        """Answer as llama-cpp-python does for a model without pooling (SmolLM2 with
+        --embedding): a vector per word, right for a batch's first text only."""
+        with self._lock:
+            self.embedding_per_token = on
+
+    @property
+    def embedding_inputs(self) -> list[list[str]]:
+        """The inputs of every embeddings call so far, one list per call."""
+        with self._lock:
+            return [list(texts) for texts in self._embedding_inputs]
+
+    def _embedding_admit(self, texts: list[str]) -> tuple[int, float, threading.Event]:
+        """Record a call; (the status to fail it with or 0, delay, the event a reset wakes the
+        delay with)."""
+        with self._lock:
+            self._embedding_inputs.append(texts)
+            limit = self._embedding_max_words
+            if limit and any(len(t.split()) > limit for t in texts):
+                return 400, self._embedding_delay, self._release
+            fail = self._embedding_failures > 0
+            self._embedding_failures -= 1 if fail else 0
+            status = self._embedding_fail_status if fail else 0
+            return status, self._embedding_delay, self._release
 
     # --- per-request decisions (called from handler threads) -----------------------------
 
