@@ -5,11 +5,13 @@
 import { ApiError } from "./api.js";
 import { el, t, timeElement } from "./dom.js";
 import { roleLabel } from "./render.js";
+import { plainParts } from "./plain.js";
 import { snippetParts } from "./snippet.js";
 
+// As plain text: the Markdown marks of the message (`**demo**`) are left out.
 export function markedSnippet(snippet, highlights) {
   const node = el("p", { class: "search-snippet" });
-  for (const part of snippetParts(snippet, highlights)) {
+  for (const part of plainParts(snippetParts(snippet, highlights))) {
     node.append(part.marked ? el("mark", { text: part.text }) : part.text);
   }
   return node;
