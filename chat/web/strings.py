@@ -40,13 +40,6 @@ def _message_strings() -> dict[str, str]:
         "remembered": _("Saved to memory"),
         "rename": _("Rename"),
         "delete": _("Delete"),
-        "confirm_delete": _("Delete this chat and all its messages? This cannot be undone."),
-        "confirm_edit": _(
-            "Editing deletes this message and everything after it, then sends the new text."
-        ),
-        "confirm_rewind": _(
-            "This also rewinds the conversation summary to an earlier state. Continue?"
-        ),
         "rename_prompt": _("New title"),
         "untitled": _("New chat"),
     }
@@ -170,6 +163,7 @@ def _state_strings() -> dict[str, str]:
         "ring_auto": _(
             "At %(threshold)s%% the older turns are compacted into the summary by themselves."
         ),
+        "ring_hint": _("Click for what it means and for Compact now."),
         "ring_full": _(
             "Past %(threshold)s%%: the next reply first compacts the older turns into the "
             "summary, or press Compact now."

@@ -9,7 +9,6 @@
 import { api } from "./api.js";
 import { compactionNotice } from "./compaction.js";
 import { $, config, errorNotice, notice, numberFormat, t } from "./dom.js";
-import { editMessage } from "./edit.js";
 import { setupHeader, showRingPanel } from "./header.js";
 import { HistoryPanel } from "./history.js";
 import { closeSidebar, isNarrow, openSidebar, setupNarrowLayout } from "./layout.js";
@@ -37,6 +36,8 @@ function setBudget(budget) {
         pct: b.used_pct,
       }),
   });
+  // The tooltip says where the rest is: the panel (header.js) explains and offers Compact now.
+  $("ring-tip")?.append(" ", t("ring_hint"));
 }
 
 function setupCompactNow(sessionId, history) {
@@ -151,7 +152,8 @@ async function setupChat(session) {
     if (!m) return;
     const action = button.dataset.action;
     if (action === "copy") copyMessage(button, m);
-    else if (action === "edit") editMessage({ sessionId: session.id, view, stream, node, m });
+    // Loaded on first use, with its dialog: most visits never edit.
+    else if (action === "edit") import("./edit.js").then((edit) => edit.editMessage({ sessionId: session.id, view, stream, node, m }));
     else if (action === "fold") view.toggleFold(m);
     else if (action === "open-memory" && memory && $("memory-panel").hidden) $("toggle-memory").click();
     else if (action === "regenerate" || action === "retry") stream.regenerate(m.id);

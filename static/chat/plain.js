@@ -26,6 +26,22 @@ function isDelimiter(chars, i, n, ch) {
   return n <= 3;
 }
 
+// Underscores are marks only in pairs (`_this_`): unpaired they are part of a name
+// (`window.__xss`), unlike stars, whose unpaired run is usually one a snippet's edge cut off.
+// Marks the closing run in `drop` when there is one on the same line.
+function closesLater(chars, i, n, drop) {
+  for (let j = i + n; j < chars.length && chars[j] !== "\n"; j += 1) {
+    if (chars[j] !== "_") continue;
+    const m = runLength(chars, j, "_");
+    if (m === n && !SPACE.test(chars[j - 1]) && isDelimiter(chars, j, m, "_")) {
+      for (let k = j; k < j + m; k += 1) drop[k] = true;
+      return true;
+    }
+    j += m - 1;
+  }
+  return false;
+}
+
 // Marks at the start of a line: heading hashes, quote arrows, list bullets, each with the space
 // after it. Returns how many characters to drop at `i`.
 function lineStart(chars, i) {
@@ -93,7 +109,9 @@ export function plainMask(text) {
     }
     if (ch === "*" || ch === "_" || ch === "~") {
       const n = runLength(chars, i, ch);
-      if (isDelimiter(chars, i, n, ch)) for (let k = i; k < i + n; k += 1) drop[k] = true;
+      if (isDelimiter(chars, i, n, ch) && (ch !== "_" || closesLater(chars, i, n, drop))) {
+        for (let k = i; k < i + n; k += 1) drop[k] = true;
+      }
       i += n;
       continue;
     }

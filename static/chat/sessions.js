@@ -2,8 +2,10 @@
 // a few seconds to undo it), "New chat" with its agent picker.
 
 import { api } from "./api.js";
-import { openDialog } from "./dialog.js";
 import { $, el, errorNotice, t } from "./dom.js";
+
+// The dialogs load on first use: most visits never rename or delete anything.
+const openDialog = async (options) => (await import("./dialog.js")).openDialog(options);
 
 // The API deletes at once and for good, so the page waits this long before it asks: until
 // then Undo only shows the chat again, and nothing was lost.

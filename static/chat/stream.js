@@ -58,7 +58,12 @@ export class Stream {
       onOpen: ({ reconnected }) => {
         document.documentElement.dataset.socket = "open";
         clearNotice();
-        if (reconnected) this.#view.catchUp();
+        if (!reconnected) return;
+        // What happened meanwhile is in the history, and a reply still running is announced
+        // again (its partial `message`): a pending bubble would wait for events already gone.
+        this.#pending = null;
+        this.syncBusy();
+        this.#view.catchUp();
       },
       onDown: () => {
         document.documentElement.dataset.socket = "down";

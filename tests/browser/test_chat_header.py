@@ -75,6 +75,9 @@ def test_ring_panel_says_what_the_number_means(
     if not page.phone:
         page.hover("#ring-btn")
         wait_js(page, "getComputedStyle(document.getElementById('ring-tip')).opacity === '1'")
+    tip = page.text_content("#ring-tip") or ""
+    assert say(page, "characters", "字符") in tip
+    assert say(page, "Click for what it means", "点击查看它的含义") in tip
     assert page.locator("#ring-panel").is_hidden()
     page.click("#ring-btn")
     page.wait_for_selector("#ring-panel:not([hidden])")

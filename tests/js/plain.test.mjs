@@ -20,6 +20,9 @@ test("what only looks like a mark stays", () => {
   assert.equal(plainText("a ~ b"), "a ~ b");
   assert.equal(plainText("[not a link] (x)"), "[not a link] (x)");
   assert.equal(plainText("#hashtag"), "#hashtag");
+  // Unpaired underscores belong to a name.
+  assert.equal(plainText("look window.__xss++ here"), "look window.__xss++ here");
+  assert.equal(plainText("call _private and more"), "call _private and more");
 });
 
 test("an unclosed mark cut off by a snippet's edge still goes", () => {
