@@ -23,10 +23,12 @@ from tests.browser.conftest import (
 SMALL_TARGETS = """(() => {
   const small = [];
   const scope = '.chat-head, .composer, #message-list, #head-tools.open';
-  for (const n of document.querySelectorAll(`:is(${scope}) :is(button, a, summary, select, textarea, input)`)) {
+  const controls = ':is(button, a, summary, select, textarea, input)';
+  for (const n of document.querySelectorAll(`:is(${scope}) ${controls}`)) {
     const r = n.getBoundingClientRect();
     if (!r.width || !r.height || getComputedStyle(n).visibility === 'hidden') continue;
-    if (r.width < 44 || r.height < 44) small.push(`${n.id || n.className || n.tagName} ${Math.round(r.width)}x${Math.round(r.height)}`);
+    const size = `${Math.round(r.width)}x${Math.round(r.height)}`;
+    if (r.width < 44 || r.height < 44) small.push(`${n.id || n.className || n.tagName} ${size}`);
   }
   return small;
 })()"""
@@ -65,9 +67,7 @@ def test_agent_header_memory_chip_and_the_agents_page(
     screenshot(page, f"27-agent-page-{page.variant}")
 
 
-def test_ring_panel_says_what_the_number_means(
-    variant_page: Any, app: LiveApp, user: Any
-) -> None:
+def test_ring_panel_says_what_the_number_means(variant_page: Any, app: LiveApp, user: Any) -> None:
     page = variant_page
     session = ChatSession.objects.create(owner=user, title="Ring")
     login(page, app, user, next_path=f"/chat/{session.pk}/")

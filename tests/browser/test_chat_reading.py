@@ -79,9 +79,7 @@ def test_long_message_folds_and_unfolds(variant_page: Any, app: LiveApp, user: A
     assert len(page.inner_text(f"#m-{long_id} .msg-body")) >= 19_000
 
 
-def test_snippets_and_questions_are_plain_text(
-    variant_page: Any, app: LiveApp, user: Any
-) -> None:
+def test_snippets_and_questions_are_plain_text(variant_page: Any, app: LiveApp, user: Any) -> None:
     page = variant_page
     session, _, _ = _session(user)
     login(page, app, user, next_path=f"/chat/{session.pk}/")
