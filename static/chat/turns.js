@@ -4,7 +4,9 @@
 import { api } from "./api.js";
 import { $, el, t, timeElement } from "./dom.js";
 import { isNarrow, togglePanel } from "./layout.js";
-import { plainText } from "./plain.js";
+
+// plain.js loads with the panel's first page (most visits never open it).
+let plainText = (text) => text;
 
 // The preview as plain text (`**demo**` reads "demo"), at most a line or two.
 function turnItem(turn) {
@@ -56,7 +58,8 @@ export class TurnNavigator {
     if (this.#loading || this.#done) return;
     this.#loading = true;
     try {
-      const page = await api.turns(this.#sessionId, this.#cursor);
+      const [page, plain] = await Promise.all([api.turns(this.#sessionId, this.#cursor), import("./plain.js")]);
+      plainText = plain.plainText;
       for (const turn of page.turns) this.#list.append(turnItem(turn)); // newest first
       this.#cursor = page.next_cursor;
       this.#done = !page.next_cursor;

@@ -180,8 +180,8 @@ def test_every_chat_module_is_preloaded(web: Client, owner) -> None:
     modules = {p.name for p in static.glob("*.js")}
     # agents.js is the agents page's entry point, not the chat page's; the dialogs and the
     # editor load on first use (import()), and no preloaded module imports them statically.
-    lazy = {"dialog.js", "edit.js"}
+    lazy = {"dialog.js", "edit.js", "plain.js"}
     assert preloaded == modules - {"app.js", "agents.js"} - lazy
     for name in preloaded | {"app.js"}:
         text = (static / name).read_text()
-        assert not re.search(r'^import [^;]* from "\./(dialog|edit)\.js"', text, re.M), name
+        assert not re.search(r'^import [^;]* from "\./(dialog|edit|plain)\.js"', text, re.M), name
