@@ -22,7 +22,9 @@ from tests.browser.conftest import (
 # ⋯ menu when open) that is smaller than 44 x 44 px.
 SMALL_TARGETS = """(() => {
   const small = [];
-  const scope = '.chat-head, .composer, #message-list, #head-tools.open';
+  const scope = [
+    '.chat-head', '.composer', '#message-list', '#head-tools.open', '.layout.sidebar-open .sidebar',
+  ].join(', ');
   const controls = ':is(button, a, summary, select, textarea, input)';
   for (const n of document.querySelectorAll(`:is(${scope}) ${controls}`)) {
     const r = n.getBoundingClientRect();
@@ -131,3 +133,7 @@ def test_phone_header_menu_targets_and_title(variant_page: Any, app: LiveApp, us
     page.click("#toggle-turns")
     page.wait_for_selector("#turns-panel:not([hidden])")
     assert page.get_attribute("#more-btn", "aria-expanded") == "false"
+    page.keyboard.press("Escape")
+    page.click("#open-sidebar")
+    wait_js(page, "document.getElementById('sidebar').getBoundingClientRect().x >= 0")
+    assert page.evaluate(SMALL_TARGETS) == []
