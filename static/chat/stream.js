@@ -171,6 +171,9 @@ export class Stream {
     if (this.#socket?.open) {
       this.#stopWanted = true;
       if (this.#pending) this.#pending.stopping = true;
+      // The row streaming now gets this cancel; its next deltas must not send another.
+      const live = this.#view.streamingReply();
+      if (live) this.#cancelled.add(live.id);
       this.syncBusy();
       this.#socket.send({ type: "cancel" });
       return;
