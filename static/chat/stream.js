@@ -19,6 +19,11 @@ import { ChatSocket } from "./socket.js";
 
 // How long after a reply ended a "nothing to cancel" is the answer to a Stop that crossed it.
 const CANCEL_GRACE_MS = 3000;
+// A Stop pressed before the reply's first token is repeated this often until its `done`, a
+// few times at most: between storing the turn and registering its reply the server has
+// nothing to deliver a cancel to, and with a slow model no token comes to trigger another.
+const CANCEL_REPEAT_MS = 600;
+const CANCEL_REPEATS = 8;
 
 export class Stream {
   #sessionId;
@@ -39,6 +44,7 @@ export class Stream {
   #stopWanted = false;
   #cancelled = new Set();
   #endedAt = 0;
+  #cancelTimer = null;
 
   // `onUserMessage(m)`: a question of the user was stored (the turn navigator lists it);
   // `onTruncate(id)`: message `id` and everything after it were deleted (edit and resend);
@@ -90,7 +96,13 @@ export class Stream {
     this.#view.setPending(this.#pending && { stopping: this.#pending.stopping });
     // Editing deletes the streaming reply's rows: Stop it first (the server would stop it too).
     this.#view.setEditLocked(busy);
-    if (!busy) this.#stopWanted = false;
+    if (!busy) this.#stopDone();
+  }
+
+  #stopDone() {
+    this.#stopWanted = false;
+    clearInterval(this.#cancelTimer);
+    this.#cancelTimer = null;
   }
 
   attachComposer() {
@@ -176,6 +188,14 @@ export class Stream {
       if (live) this.#cancelled.add(live.id);
       this.syncBusy();
       this.#socket.send({ type: "cancel" });
+      if (this.#pending && !this.#cancelTimer) {
+        let left = CANCEL_REPEATS;
+        this.#cancelTimer = setInterval(() => {
+          left -= 1;
+          if (left <= 0) this.#stopDone();
+          else if (this.#stopWanted) this.#socket?.send({ type: "cancel" });
+        }, CANCEL_REPEAT_MS);
+      }
       return;
     }
     // Without the socket: stop reading. The server finishes and stores the reply regardless.
@@ -289,7 +309,7 @@ export class Stream {
   #onDone(event) {
     const message = event.message;
     this.#pending = null;
-    this.#stopWanted = false;
+    this.#stopDone();
     this.#endedAt = Date.now();
     // The reader watched it stream: it stays unfolded, however long.
     if (this.#view.find(message.id)?.status === "streaming") this.#view.keepUnfolded(message.id);
