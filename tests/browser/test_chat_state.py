@@ -4,6 +4,8 @@ which Stop can cancel. English on a desktop and Chinese on a 390 px phone (`vari
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from chat.models import Agent, ChatMessage, ChatSession, MessageRole, MessageStatus
@@ -134,6 +136,63 @@ def test_a_slow_start_shows_a_pending_reply_that_stop_cancels(
         page,
         "[...document.querySelectorAll('[data-role=assistant][data-status=complete]')]"
         ".some(n => n.textContent.includes('Echo: And now?'))",
+    )
+    wait_js(page, "!document.getElementById('send-btn').disabled")
+    assert _idle(page)
+
+
+class HoldAfterToolCall:
+    """The page's WebSocket through Playwright: frames pass until the first `tool_call`, which
+    is delivered; the ones after it wait until `release()` (the tools running, as the page sees
+    it, for as long as the test looks)."""
+
+    def __init__(self, page: Any) -> None:
+        self.held = False
+        self.waiting: list[str | bytes] = []
+        self.route: Any = None
+        page.route_web_socket(re.compile(r"/ws/chat/\d+/$"), self._connect)
+
+    def _connect(self, route: Any) -> None:
+        self.route = route
+        route.connect_to_server().on_message(self._from_server)
+
+    def _from_server(self, message: str | bytes) -> None:
+        if self.held:
+            self.waiting.append(message)
+            return
+        self.route.send(message)
+        if isinstance(message, str) and json.loads(message).get("type") == "tool_call":
+            self.held = True
+
+    def release(self) -> None:
+        self.held = False
+        for message in self.waiting:
+            self.route.send(message)
+        self.waiting.clear()
+
+
+def test_a_round_waiting_for_its_tools_says_so(variant_page: Any, app: LiveApp, user: Any) -> None:
+    page = variant_page
+    agent = Agent.objects.create(owner=user, name="Clock", config_json={"tools": ["current_time"]})
+    session = ChatSession.objects.create(owner=user, agent=agent, title="Held")
+    app.fake.script(
+        {"content": "", "tool_calls": [{"name": "current_time", "arguments": {}}]},
+        "The time is known.",
+    )
+    socket = HoldAfterToolCall(page)
+    login(page, app, user, next_path=f"/chat/{session.pk}/")
+    wait_socket(page)
+    send_message(page, "Time?")
+    state = page.wait_for_selector("[data-role=assistant] .msg-state.tools")
+    assert state.inner_text() == say(page, "Running current_time…", "正在运行 current_time…")
+    assert page.locator("#send-btn").is_disabled() and page.locator("#stop-btn").is_visible()
+    assert page.locator("#pending-reply").count() == 0
+    screenshot(page, f"27-tools-running-{page.variant}")
+    socket.release()
+    wait_js(
+        page,
+        "[...document.querySelectorAll('[data-role=assistant][data-status=complete]')]"
+        ".some(n => n.textContent.includes('The time is known.'))",
     )
     wait_js(page, "!document.getElementById('send-btn').disabled")
     assert _idle(page)
