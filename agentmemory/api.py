@@ -4,6 +4,7 @@ caller's), names checked by the store (UnsafeName -> 400)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import date
@@ -24,6 +25,7 @@ from chat.api.agents import AGENT_ID_PATH, ERRORS
 from chat.api.errors import ApiError
 from chat.api.fields import StrictCharField, StrictIntegerField, id_field
 from chat.api.throttles import per_user
+from chat.rendering import render_markdown
 from chat.selectors import agent_for_user
 
 ENTRY_NAME_PATH = OpenApiParameter(
@@ -74,7 +76,22 @@ class DailyQuerySerializer(serializers.Serializer):
 class DailySerializer(serializers.Serializer):
     date = serializers.DateField()
     markdown = serializers.CharField()
+    html = serializers.CharField(help_text="The note rendered for reading (sanitised HTML).")
     days = serializers.ListField(child=serializers.DateField())
+
+
+# The note's bookkeeping, for the program that appends to it, not for a reader: the flush
+# markers (HTML comments, which the renderer would show as text: raw HTML is off) and the
+# message ids after each role.
+_NOTE_MARKER_RE = re.compile(r"^<!-- cadau:[^\n]*-->\s*$", re.MULTILINE)
+_NOTE_ROLE_ID_RE = re.compile(r"^(\*\*[a-z]+\*\*) \(#[0-9]+\):", re.MULTILINE)
+
+
+def daily_note_html(markdown: str) -> str:
+    """A daily note as the page shows it: Markdown through the chat's sanitising renderer,
+    without the bookkeeping."""
+    readable = _NOTE_ROLE_ID_RE.sub(r"\1:", _NOTE_MARKER_RE.sub("", markdown))
+    return render_markdown(readable)
 
 
 @contextmanager
@@ -121,7 +138,12 @@ class DailyNoteView(APIView):
             markdown = store.daily_note_read(agent_id=agent.pk, day=day)
             days = store.daily_note_list(agent_id=agent.pk)
         return Response(
-            {"date": day.isoformat(), "markdown": markdown, "days": [d.isoformat() for d in days]}
+            {
+                "date": day.isoformat(),
+                "markdown": markdown,
+                "html": daily_note_html(markdown),
+                "days": [d.isoformat() for d in days],
+            }
         )
 
 

@@ -11,6 +11,7 @@ from agentmemory.clock import agent_now
 from agentmemory.flush import NOTE_MESSAGE_MAX_RUNES, memory_flush_before_compaction, note_line
 from agentmemory.folders import agent_known
 from agentmemory.remember import remember_request
+from agentmemory.text import entry_title
 from chat import hooks
 from chat.hooks import PromptPart
 from chat.models import ChatMessage, ChatSession, MessageStatus
@@ -30,6 +31,8 @@ def entry_payload(entry: store.MemoryEntry) -> dict[str, Any]:
     """The API's and the events' entry object."""
     return {
         "name": entry.name,
+        # The name is a file name (ASCII, safe); the title is what the page shows.
+        "title": entry_title(entry.content),
         "content": entry.content,
         "tags": list(entry.tags),
         "created": entry.created.isoformat().replace("+00:00", "Z"),

@@ -87,6 +87,38 @@ def slugify_first_line(text: str) -> str:
     return slug
 
 
+# In columns: a Chinese character takes two, as on screen.
+TITLE_MAX_COLUMNS = 60
+_TITLE_MARKS_RE = re.compile(r"^\s*(?:#{1,6}\s+|[-*+>]\s+)?")
+
+
+def _columns(char: str) -> int:
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def entry_title(text: str) -> str:
+    """What a person reads as an entry's name: its first non-empty line, in the words and
+    script it was written in (a Chinese fact gets a Chinese title), without a heading's or a
+    bullet's mark, cut near TITLE_MAX_COLUMNS. The file name stays the ASCII slug
+    (paths.ENTRY_STEM_RE); this is only shown."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    title = " ".join(_TITLE_MARKS_RE.sub("", first, count=1).split())
+    width, end = 0, len(title)
+    for index, char in enumerate(title):
+        width += _columns(char)
+        if width > TITLE_MAX_COLUMNS:
+            end = index
+            break
+    if end == len(title):
+        return title
+    cut = title[:end]
+    # At a space when there is one in the last third (words); else anywhere (CJK has none).
+    space = cut.rfind(" ")
+    if space > len(cut) * 2 // 3:
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:，。；：、") + "…"
+
+
 BM25_K1 = 1.2
 BM25_B = 0.75
 

@@ -17,6 +17,8 @@ def js_strings() -> dict[str, str]:
         **_empty_strings(),
         **_search_strings(),
         **_agents_strings(),
+        **_state_strings(),
+        **_dialog_strings(),
     }
 
 
@@ -38,13 +40,6 @@ def _message_strings() -> dict[str, str]:
         "remembered": _("Saved to memory"),
         "rename": _("Rename"),
         "delete": _("Delete"),
-        "confirm_delete": _("Delete this chat and all its messages? This cannot be undone."),
-        "confirm_edit": _(
-            "Editing deletes this message and everything after it, then sends the new text."
-        ),
-        "confirm_rewind": _(
-            "This also rewinds the conversation summary to an earlier state. Continue?"
-        ),
         "rename_prompt": _("New title"),
         "untitled": _("New chat"),
     }
@@ -145,4 +140,58 @@ def _agents_strings() -> dict[str, str]:
         "no_matches": _("Nothing in memory matches."),
         "entry_saved": _("Memory saved."),
         "confirm_delete_entry": _("Delete this memory? This cannot be undone."),
+    }
+
+
+def _state_strings() -> dict[str, str]:
+    """A reply on its way, tool rounds, memory, long messages, the way back to the newest."""
+    return {
+        "pending_reply": _("The assistant is preparing a reply…"),
+        "stopping": _("Stopping…"),
+        "tools_running": _("Running %(names)s…"),
+        "tool_named": _("Tool · %(name)s"),
+        "memory_updated": _("Memory updated"),
+        "memory_failed": _("Could not save to memory:"),
+        "show_more": _("Show more"),
+        "show_less": _("Show less"),
+        "jump_latest": _("Jump to latest"),
+        "ring_now": _(
+            "The model is sent %(used)s of the %(limit)s characters it can take for this chat "
+            "(%(pct)s%%): the summary of older turns, the newest turns word for word, and "
+            "your next message."
+        ),
+        "ring_auto": _(
+            "At %(threshold)s%% the older turns are compacted into the summary by themselves."
+        ),
+        "ring_hint": _("Click for what it means and for Compact now."),
+        "ring_full": _(
+            "Past %(threshold)s%%: the next reply first compacts the older turns into the "
+            "summary, or press Compact now."
+        ),
+    }
+
+
+def _dialog_strings() -> dict[str, str]:
+    """The page's dialogs: rename, delete (with undo), edit and resend."""
+    return {
+        "rename_title": _("Rename chat"),
+        "delete_title": _("Delete “%(title)s”?"),
+        "confirm_delete_undo": _(
+            "The chat and all its messages are deleted. You can undo it for a few seconds."
+        ),
+        "chat_deleted": _("“%(title)s” deleted."),
+        "edit_title": _("Edit and resend?"),
+        "edit_confirm": _("Delete and send"),
+        "edit_deletes_none": _("This message is deleted and the new text is sent in its place."),
+        "edit_deletes_one": _(
+            "This message and the 1 message after it are deleted, then the new text is sent."
+        ),
+        "edit_deletes_many": _(
+            "This message and the %(n)s messages after it are deleted, then the new text is sent."
+        ),
+        "edit_deletes_at_least": _(
+            "This message and at least %(n)s messages after it are deleted, then the new text "
+            "is sent."
+        ),
+        "edit_rewinds": _("The conversation summary also goes back to an earlier state."),
     }

@@ -61,12 +61,26 @@ def _page_config(*, request: HttpRequest, session: ChatSession | None) -> dict[s
     }
 
 
+def _header(*, session: ChatSession | None, default_model: str) -> dict[str, Any]:
+    """What the chat's header says besides its title: the agent it talks to and that agent's
+    model (the server's default when the agent names none)."""
+    agent = session.agent if session is not None else None
+    if agent is None:
+        return {"agent": None}
+    return {"agent": {"name": agent.name, "model": agent.model or default_model}}
+
+
 def _render_chat(request: HttpRequest, session: ChatSession | None) -> HttpResponse:
     config = _page_config(request=request, session=session)
     return render(
         request,
         "chat/chat.html",
-        {"session": session, "config": config, "provider": config["provider"]},
+        {
+            "session": session,
+            "config": config,
+            "provider": config["provider"],
+            "header": _header(session=session, default_model=config["provider"]["model"]),
+        },
     )
 
 

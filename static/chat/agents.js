@@ -46,14 +46,16 @@ function formValues() {
 }
 
 function entryItem(entry) {
-  const text = el("textarea", { class: "entry-text", rows: 3, readonly: true, "aria-label": entry.name });
+  // The title is the entry's first line in its own words; the name is its file (an ASCII slug).
+  const title = entry.title || entry.name;
+  const text = el("textarea", { class: "entry-text", rows: 3, readonly: true, "aria-label": title });
   text.value = entry.content;
   const edit = el("button", { type: "button", class: "btn small", "data-action": "edit", text: t("edit") });
   const saveButton = el("button", { type: "button", class: "btn small primary", "data-action": "save", text: t("save"), hidden: true });
   const remove = el("button", { type: "button", class: "btn small danger", "data-action": "delete", text: t("delete") });
   const meta = el("div", { class: "entry-meta muted small" }, el("code", { text: entry.name }), " ", timeElement(entry.updated));
   if (entry.tags && entry.tags.length) meta.append(` · ${entry.tags.join(", ")}`);
-  return el("li", { class: "entry", "data-entry-name": entry.name }, meta, text, el("div", { class: "entry-actions" }, edit, saveButton, remove));
+  return el("li", { class: "entry", "data-entry-name": entry.name }, el("h3", { class: "entry-title", text: title }), meta, text, el("div", { class: "entry-actions" }, edit, saveButton, remove));
 }
 
 // The list of agents and the open one's settings form (a new agent's, or none).
@@ -204,7 +206,9 @@ class AgentMemory {
         ...data.days.map((day) => el("option", { value: day, text: day })),
       );
       days.value = data.days.includes(data.date) ? data.date : "";
-      note.textContent = data.markdown || t("no_note");
+      // Sanitised on the server (chat/rendering.py), as a reply is.
+      if (data.markdown && typeof data.html === "string") note.innerHTML = data.html;
+      else note.textContent = data.markdown || t("no_note");
       note.classList.toggle("muted", !data.markdown);
     } catch (err) {
       errorNotice(err);

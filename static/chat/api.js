@@ -25,12 +25,13 @@ async function jsonOrNull(response) {
   }
 }
 
-async function request(method, path, { query, body, signal, headers } = {}) {
+// `keepalive`: the request outlives the page (a delete sent as the tab closes).
+async function request(method, path, { query, body, signal, headers, keepalive } = {}) {
   const url = new URL(path, window.location.origin);
   for (const [k, v] of Object.entries(query || {})) {
     if (v !== undefined && v !== null && v !== "") url.searchParams.set(k, String(v));
   }
-  const init = { method, credentials: "same-origin", signal, headers: { Accept: "application/json", ...headers } };
+  const init = { method, credentials: "same-origin", signal, keepalive, headers: { Accept: "application/json", ...headers } };
   if (method !== "GET") init.headers["X-CSRFToken"] = csrfToken();
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
@@ -52,7 +53,7 @@ export const api = {
   createSession: (body) => request("POST", "/api/v1/chat/sessions", { body }),
   session: (id) => request("GET", `/api/v1/chat/sessions/${id}`),
   renameSession: (id, title) => request("PATCH", `/api/v1/chat/sessions/${id}`, { body: { title } }),
-  deleteSession: (id) => request("DELETE", `/api/v1/chat/sessions/${id}`),
+  deleteSession: (id, { keepalive = false } = {}) => request("DELETE", `/api/v1/chat/sessions/${id}`, { keepalive }),
   history: (sessionId, params) =>
     request("GET", "/api/v1/chat/history", { query: { session_id: sessionId, render: "html", ...params } }),
   // Message search, newest first; `before`: the previous page's `next_cursor`.

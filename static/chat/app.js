@@ -9,6 +9,7 @@
 import { api } from "./api.js";
 import { compactionNotice } from "./compaction.js";
 import { $, config, errorNotice, notice, numberFormat, t } from "./dom.js";
+import { setupHeader, showRingPanel } from "./header.js";
 import { HistoryPanel } from "./history.js";
 import { closeSidebar, isNarrow, openSidebar, setupNarrowLayout } from "./layout.js";
 import { MemoryPanel } from "./memory.js";
@@ -25,6 +26,7 @@ function markFirstRender() {
 }
 
 function setBudget(budget) {
+  showRingPanel(budget, config.context_threshold_pct);
   updateRing($("usage"), budget, {
     thresholdPct: config.context_threshold_pct,
     format: (b) =>
@@ -34,6 +36,8 @@ function setBudget(budget) {
         pct: b.used_pct,
       }),
   });
+  // The tooltip says where the rest is: the panel (header.js) explains and offers Compact now.
+  $("ring-tip")?.append(" ", t("ring_hint"));
 }
 
 function setupCompactNow(sessionId, history) {
@@ -148,7 +152,10 @@ async function setupChat(session) {
     if (!m) return;
     const action = button.dataset.action;
     if (action === "copy") copyMessage(button, m);
-    else if (action === "edit") stream.edit(node, m);
+    // Loaded on first use, with its dialog: most visits never edit.
+    else if (action === "edit") import("./edit.js").then((edit) => edit.editMessage({ sessionId: session.id, view, stream, node, m }));
+    else if (action === "fold") view.toggleFold(m);
+    else if (action === "open-memory" && memory && $("memory-panel").hidden) $("toggle-memory").click();
     else if (action === "regenerate" || action === "retry") stream.regenerate(m.id);
     else if (action === "continue") stream.send(t("continue_prompt"));
     else if (action === "remember") memory?.remember(button, m);
@@ -170,6 +177,7 @@ async function setupChat(session) {
 }
 
 setupNarrowLayout();
+setupHeader();
 new SessionList({ current: config.session });
 new Search({
   onOpen: openHit,

@@ -40,7 +40,8 @@ export function setupNarrowLayout() {
   $("close-sidebar")?.addEventListener("click", closeSidebar);
   $("scrim").addEventListener("click", closeSidebar);
   document.addEventListener("keydown", (e) => {
-    if (e.key !== "Escape") return;
+    // A dialog's Esc is the dialog's (dialog.js).
+    if (e.key !== "Escape" || document.querySelector("dialog[open]")) return;
     closeSidebar();
     for (const id of Object.keys(PANELS)) if ($(id) && !$(id).hidden) togglePanel(id, false);
   });

@@ -36,7 +36,7 @@ export class MemoryPanel {
       const entries = Array.isArray(data) ? data : data.entries || data.results || [];
       list.replaceChildren(
         ...entries.map((entry) =>
-          el("li", { class: "memory-entry" }, el("strong", { text: entry.name || entry.title || "" }), el("p", { text: entry.content || entry.preview || "" })),
+          el("li", { class: "memory-entry" }, el("strong", { text: entry.title || entry.name || "" }), el("p", { text: entry.content || entry.preview || "" })),
         ),
       );
       if (!entries.length) list.replaceChildren(el("li", { class: "muted", text: t("memory_empty") }));

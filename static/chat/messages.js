@@ -4,7 +4,9 @@
 // other modules go through its methods.
 
 import { api } from "./api.js";
-import { $, notice, t } from "./dom.js";
+import { $, el, notice, t } from "./dom.js";
+import { latestButton } from "./latest.js";
+import { isLong, roundsOver, toolNameFor } from "./message-parts.js";
 import { renderMessage, updateMessageNode, updateStreamingText } from "./render.js";
 import { MessageWindow } from "./window.js";
 
@@ -24,6 +26,14 @@ export class MessageView {
   #generation = 0;
   #lastAssistantShown = null;
   #editLocked = false;
+  // What the page learnt from events and the reader, by message id: the tool a `tool` message
+  // answers (`tool_result` names it), the turns that wrote the agent's memory, the long
+  // messages the reader unfolded (or watched stream in).
+  #toolNames = new Map();
+  #memory = new Set();
+  #expanded = new Set();
+  // A message arrived that the reader has not seen (scrolled up, or away from the live edge).
+  #unseen = false;
 
   // `onChange` runs after every change of the window (the composer follows whether a reply is
   // streaming in it).
@@ -73,12 +83,14 @@ export class MessageView {
   attach() {
     scroller().addEventListener("scroll", () => {
       this.#checkEdges();
-      if (this.#win.atLiveEdge && this.#nearBottom()) $("new-messages").hidden = true;
+      this.#syncLatest();
     }, { passive: true });
     $("new-messages").addEventListener("click", async () => {
       if (this.#win.atLiveEdge) this.#scrollToBottom();
       else await this.openNewest();
-      $("new-messages").hidden = true;
+      this.#unseen = false;
+      this.#syncLatest();
+      $("composer-input").focus();
     });
   }
 
@@ -86,7 +98,91 @@ export class MessageView {
     const data = await api.history(this.#sessionId, { limit: this.#pageSize });
     this.#reset(data);
     this.#scrollToBottom();
-    $("new-messages").hidden = true;
+    this.#unseen = false;
+    this.#syncLatest();
+  }
+
+  // "Jump to latest" or "New messages ↓" (latest.js), or neither.
+  #syncLatest() {
+    const box = scroller();
+    const nearBottom = this.#nearBottom();
+    if (nearBottom && this.#win.atLiveEdge) this.#unseen = false;
+    const kind = latestButton({
+      atLiveEdge: this.#win.atLiveEdge,
+      nearBottom,
+      far: box.scrollHeight - box.scrollTop - box.clientHeight > box.clientHeight,
+      unseen: this.#unseen,
+    });
+    const button = $("new-messages");
+    button.hidden = kind === null;
+    if (kind && button.dataset.kind !== kind) {
+      button.dataset.kind = kind;
+      button.textContent = kind === "new" ? t("new_messages") : t("jump_latest");
+    }
+  }
+
+  // The reply on its way before its first token (or its row): a bubble of its own below the
+  // list, outside the window, with a typing indicator. `state`: null (none), or
+  // { stopping } while a Stop waits for the server.
+  setPending(state) {
+    const slot = $("pending-slot");
+    if (!slot) return;
+    if (!state) {
+      slot.replaceChildren();
+      return;
+    }
+    const text = state.stopping ? t("stopping") : t("pending_reply");
+    const current = slot.firstElementChild;
+    if (current && current.dataset.text === text) return;
+    const stick = this.#nearBottom(150);
+    const dots = el("span", { class: "typing", "aria-hidden": "true" }, el("span"), el("span"), el("span"));
+    slot.replaceChildren(el("article", {
+      class: "msg msg-assistant pending",
+      id: "pending-reply",
+      "aria-busy": "true",
+      "data-text": text,
+    }, el("header", { class: "msg-head" }, el("span", { class: "msg-role", text: t("assistant") })),
+    el("div", { class: "msg-body" }, dots, el("span", { class: "visually-hidden", role: "status", text }))));
+    if (stick) this.#scrollToBottom();
+  }
+
+  // A `tool_result` named the tool of message `id`; a memory write was reported for it.
+  noteTool(id, name) {
+    this.#toolNames.set(id, name);
+  }
+
+  noteMemory(id) {
+    this.#memory.add(id);
+    const m = this.#win.find(id);
+    if (m) this.refresh(m);
+  }
+
+  // The reader watched message `id` arrive: it stays unfolded however long it ends.
+  keepUnfolded(id) {
+    this.#expanded.add(id);
+  }
+
+  // "Show more" / "Show less" on a long message.
+  toggleFold(m) {
+    if (this.#expanded.has(m.id)) this.#expanded.delete(m.id);
+    else this.#expanded.add(m.id);
+    this.refresh(m);
+    nodeFor(m.id)?.querySelector(".fold-btn")?.focus();
+  }
+
+  // Rounds of the reply that ended before row `id` (message-parts.js roundsOver): a tool
+  // round's row is complete (the server completed it before opening the next one); any other
+  // is read again from the server. Returns whether one changed.
+  settleRoundsBefore(id) {
+    const over = roundsOver(this.#win.messages, id);
+    for (const m of over) {
+      if (m.tool_calls && m.tool_calls.length) {
+        m.status = "complete";
+        this.refresh(m);
+        if (m.content) this.fetchRendered(m.id);
+      } else this.fetchRendered(m.id);
+    }
+    return over.length > 0;
   }
 
   async jumpTo(messageId) {
@@ -99,7 +195,9 @@ export class MessageView {
       node.focus({ preventScroll: true });
       setTimeout(() => node.classList.remove("highlight"), 2500);
     }
-    $("new-messages").hidden = this.#win.atLiveEdge;
+    // Nothing new arrived: the way back is "Jump to latest", not "New messages".
+    this.#unseen = false;
+    this.#syncLatest();
     // The jump may land near an edge: fill up around it.
     requestAnimationFrame(() => this.#checkEdges());
   }
@@ -110,7 +208,8 @@ export class MessageView {
     const stick = this.#nearBottom();
     const change = this.#win.upsertLive(message);
     if (change.offEdge) {
-      $("new-messages").hidden = false;
+      this.#unseen = true;
+      this.#syncLatest();
       return null;
     }
     this.#withAnchor(() => this.#apply(change));
@@ -119,7 +218,8 @@ export class MessageView {
       this.openNewest();
     } else if (change.added.length) {
       if (stick || message.role === "user") this.#scrollToBottom();
-      else $("new-messages").hidden = false;
+      else this.#unseen = true;
+      this.#syncLatest();
     }
     return this.#win.find(message.id);
   }
@@ -177,8 +277,21 @@ export class MessageView {
     return this.#win.atLiveEdge && all.length > 0 && all[all.length - 1].id === m.id && m.role === "assistant";
   }
 
+  // What one message's DOM depends on besides the message (render.js updateMessageNode).
+  #options(m) {
+    const toolName = m.role === "tool" ? toolNameFor(m, this.#win.messages, this.#toolNames.get(m.id)) : null;
+    const wroteMemory = toolName === "memory_write" && !m.content.startsWith("Error");
+    return {
+      isLast: this.#isLastAssistant(m),
+      canRemember: this.#canRemember,
+      toolName,
+      memory: this.#memory.has(m.id) || wroteMemory,
+      folded: isLong(m) ? !this.#expanded.has(m.id) : null,
+    };
+  }
+
   #update(node, m) {
-    updateMessageNode(node, m, { isLast: this.#isLastAssistant(m), canRemember: this.#canRemember });
+    updateMessageNode(node, m, this.#options(m));
   }
 
   // Apply a window change to the DOM: drop, add in id order, refresh updated ones.
@@ -186,7 +299,7 @@ export class MessageView {
     for (const m of [...dropped, ...removed]) nodeFor(m.id)?.remove();
     const container = list();
     for (const m of added) {
-      const node = renderMessage(m, { isLast: this.#isLastAssistant(m), canRemember: this.#canRemember });
+      const node = renderMessage(m, this.#options(m));
       // Usually a whole block goes on one end; find the first shown message with a larger id.
       let before = null;
       const first = container.firstElementChild;
@@ -241,7 +354,7 @@ export class MessageView {
       const data = await api.history(this.#sessionId, { ...params, limit: this.#pageSize });
       if (generation !== this.#generation) return; // the window was replaced meanwhile
       this.#withAnchor(() => this.#apply(older ? this.#win.prependOlder(data) : this.#win.appendNewer(data)));
-      if (this.#win.atLiveEdge) $("new-messages").hidden = true;
+      this.#syncLatest();
     } catch {
       notice(t("load_error"));
     } finally {

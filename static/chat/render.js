@@ -8,7 +8,8 @@ export function roleLabel(role) {
   return { user: t("you"), assistant: t("assistant"), tool: t("tool"), system: t("system") }[role] || role;
 }
 
-function fillBody(body, m) {
+// `toolName`: the tool a `tool` message answers (null when its call is not known here).
+function fillBody(body, m, toolName) {
   body.replaceChildren();
   const kind = bodyKind(m);
   if (kind === "markdown") {
@@ -18,7 +19,8 @@ function fillBody(body, m) {
     body.classList.remove("plain");
   } else if (kind === "tool") {
     const text = toolPreview(m.content);
-    body.append(el("details", {}, el("summary", { text: `${t("tool")} ${m.tool_call_id || ""}` }), el("pre", { text })));
+    const label = toolName ? t("tool_named", { name: toolName }) : t("tool");
+    body.append(el("details", {}, el("summary", { text: label }), el("pre", { text })));
   } else {
     body.textContent = m.content;
     body.classList.add("plain");
@@ -41,6 +43,9 @@ const STATE_TEXT = {
 
 function stateNode(line) {
   if (line.kind === "streaming") return el("p", { class: "msg-state streaming", role: "status", text: t("streaming") });
+  if (line.kind === "tools") {
+    return el("p", { class: "msg-state streaming tools", role: "status", text: t("tools_running", { names: line.names }) });
+  }
   const css = line.kind.startsWith("cut-") ? "cut" : line.kind;
   const error = line.error ? ` ${line.error}` : "";
   const node = el("p", { class: `msg-state ${css}`, role: "status" }, document.createTextNode(t(STATE_TEXT[line.kind]) + error));
@@ -49,7 +54,9 @@ function stateNode(line) {
 }
 
 // `isLast`: the newest reply of the session is on screen (regenerate and retry belong to it
-// only); `canRemember`: the session has an agent whose memory can take the message.
+// only); `canRemember`: the session has an agent whose memory can take the message;
+// `toolName`: what a tool message answers; `memory`: this turn wrote the agent's memory;
+// `folded`: a long message shows its beginning and "Show more" (null: not long).
 export function renderMessage(m, options) {
   const node = el("article", {
     class: `msg msg-${m.role}`,
@@ -63,12 +70,29 @@ export function renderMessage(m, options) {
   return node;
 }
 
-export function updateMessageNode(node, m, { isLast, canRemember }) {
+function memoryChip() {
+  return el("button", { type: "button", class: "chip memory-chip", "data-action": "open-memory", text: t("memory_updated") });
+}
+
+function foldButton(m, folded) {
+  return el("button", {
+    type: "button",
+    class: "msg-action fold-btn",
+    "data-action": "fold",
+    "aria-expanded": String(!folded),
+    "aria-controls": `b-${m.id}`,
+    text: folded ? t("show_more") : t("show_less"),
+  });
+}
+
+export function updateMessageNode(node, m, { isLast, canRemember, toolName = null, memory = false, folded = null }) {
   node.dataset.status = m.status;
-  const head = el("header", { class: "msg-head" }, el("span", { class: "msg-role", text: roleLabel(m.role) }), timeElement(m.created_at));
-  const body = el("div", { class: "msg-body" });
-  fillBody(body, m);
+  const head = el("header", { class: "msg-head" }, el("span", { class: "msg-role", text: roleLabel(m.role) }),
+    timeElement(m.created_at), memory ? memoryChip() : null);
+  const body = el("div", { class: folded ? "msg-body folded" : "msg-body", id: `b-${m.id}` });
+  fillBody(body, m, toolName);
   const parts = [head, body];
+  if (folded !== null) parts.push(foldButton(m, folded));
   const line = stateLine(m, isLast);
   if (line) parts.push(stateNode(line));
   const actions = messageActions(m, { isLast, canRemember });

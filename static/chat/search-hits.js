@@ -7,9 +7,18 @@ import { el, t, timeElement } from "./dom.js";
 import { roleLabel } from "./render.js";
 import { snippetParts } from "./snippet.js";
 
+// plain.js loads with the first search (most visits never search): search.js awaits this
+// before it shows results.
+let plainParts = null;
+export async function hitsReady() {
+  plainParts ??= (await import("./plain.js")).plainParts;
+}
+
+// As plain text: the Markdown marks of the message (`**demo**`) are left out.
 export function markedSnippet(snippet, highlights) {
   const node = el("p", { class: "search-snippet" });
-  for (const part of snippetParts(snippet, highlights)) {
+  const parts = snippetParts(snippet, highlights);
+  for (const part of plainParts ? plainParts(parts) : parts) {
     node.append(part.marked ? el("mark", { text: part.text }) : part.text);
   }
   return node;

@@ -6,7 +6,7 @@
 import { api } from "./api.js";
 import { $, t } from "./dom.js";
 import { searchCarried, searchCarry } from "./search-carry.js";
-import { hitItem, searchErrorText } from "./search-hits.js";
+import { hitItem, hitsReady, searchErrorText } from "./search-hits.js";
 import { HitListbox, isSearchShortcut } from "./search-keys.js";
 
 const DEBOUNCE_MS = 250;
@@ -104,10 +104,10 @@ export class Search {
     const controller = new AbortController();
     this.#controller = controller;
     try {
-      const page = await api.search(
-        { q: this.#query, before: next ? this.#cursor : undefined, limit: PAGE_SIZE },
-        controller.signal,
-      );
+      const [page] = await Promise.all([
+        api.search({ q: this.#query, before: next ? this.#cursor : undefined, limit: PAGE_SIZE }, controller.signal),
+        hitsReady(),
+      ]);
       if (generation === this.#generation) this.#show(page);
     } catch (err) {
       if (generation !== this.#generation || err.name === "AbortError") return;

@@ -1,8 +1,15 @@
-// The sessions sidebar: the paged list of chats (newest activity first), rename, delete,
-// "New chat" with its agent picker.
+// The sessions sidebar: the paged list of chats (newest activity first), rename, delete (with
+// a few seconds to undo it), "New chat" with its agent picker.
 
 import { api } from "./api.js";
 import { $, el, errorNotice, t } from "./dom.js";
+
+// The dialogs load on first use: most visits never rename or delete anything.
+const openDialog = async (options) => (await import("./dialog.js")).openDialog(options);
+
+// The API deletes at once and for good, so the page waits this long before it asks: until
+// then Undo only shows the chat again, and nothing was lost.
+export const UNDO_MS = 6000;
 
 function sessionItem(s, current) {
   const active = current !== null && s.id === current.id;
@@ -50,6 +57,7 @@ export class SessionList {
   #cursor = undefined;
   #loading = false;
   #done = false;
+  #undo = new UndoBar();
 
   // `current`: the open session (page config), or null on the empty page.
   constructor({ current }) {
@@ -98,18 +106,49 @@ export class SessionList {
 
   async #rename(id, li) {
     const link = li.querySelector(".session-link");
-    const title = window.prompt(t("rename_prompt"), link.textContent);
-    if (!title || !title.trim()) return;
+    const title = await openDialog({
+      title: t("rename_title"),
+      confirm: t("rename"),
+      input: { label: t("rename_prompt"), value: link.textContent, maxLength: 200 },
+    });
+    if (!title) return;
     renamedHere.add(Number(id));
-    const updated = await api.renameSession(id, title.trim());
+    const updated = await api.renameSession(id, title);
     sessionTitleShow(id, updated.title);
   }
 
   async #remove(id, li) {
-    if (!window.confirm(t("confirm_delete"))) return;
-    await api.deleteSession(id);
-    if (this.#current !== null && this.#current.id === id) window.location.assign("/");
-    else li.remove();
+    const title = li.querySelector(".session-link").textContent;
+    const ok = await openDialog({
+      title: t("delete_title", { title }),
+      text: t("confirm_delete_undo"),
+      confirm: t("delete"),
+      danger: true,
+    });
+    if (!ok) return;
+    const open = this.#current !== null && this.#current.id === id;
+    this.#undo.start({
+      text: t("chat_deleted", { title }),
+      hide: () => {
+        li.hidden = true;
+        if (open) document.body.classList.add("chat-deleting");
+      },
+      restore: () => {
+        li.hidden = false;
+        document.body.classList.remove("chat-deleting");
+        li.querySelector(".session-link").focus();
+      },
+      commit: async ({ keepalive }) => {
+        try {
+          await api.deleteSession(id, { keepalive });
+        } catch (err) {
+          if (err.status !== 404) throw err; // already gone elsewhere: done all the same
+        }
+        if (keepalive) return;
+        if (open) window.location.assign("/");
+        else li.remove();
+      },
+    });
   }
 
   async #create() {
@@ -120,6 +159,49 @@ export class SessionList {
     } catch (err) {
       errorNotice(err);
     }
+  }
+}
+
+// "Chat deleted · Undo" for UNDO_MS; the delete itself (`commit`) runs when the time is over,
+// when another delete starts, or as the page goes away (a keepalive request that outlives it).
+class UndoBar {
+  #pending = null;
+  #timer = null;
+
+  constructor() {
+    $("undo-btn").addEventListener("click", () => this.#cancel());
+    window.addEventListener("pagehide", () => this.#flush({ keepalive: true }));
+  }
+
+  start({ text, hide, restore, commit }) {
+    this.#flush({ keepalive: false });
+    this.#pending = { restore, commit };
+    hide();
+    $("undo-text").textContent = text;
+    $("undo-bar").hidden = false;
+    this.#timer = setTimeout(() => this.#flush({ keepalive: false }), UNDO_MS);
+    $("undo-btn").focus();
+  }
+
+  #close() {
+    clearTimeout(this.#timer);
+    const pending = this.#pending;
+    this.#pending = null;
+    $("undo-bar").hidden = true;
+    return pending;
+  }
+
+  #cancel() {
+    this.#close()?.restore();
+  }
+
+  #flush({ keepalive }) {
+    const pending = this.#close();
+    if (!pending) return;
+    pending.commit({ keepalive }).catch((err) => {
+      pending.restore();
+      errorNotice(err);
+    });
   }
 }
 

@@ -1,13 +1,29 @@
 // Sending and the live reply: the composer, the session's WebSocket (or the REST event stream
 // while the socket is down), the events both carry, and the actions that start or stop a
-// reply: regenerate / retry, stop, edit and resend. It owns the transports; the messages it
-// receives go into the MessageView.
+// reply: regenerate / retry, stop, edit and resend (edit.js). It owns the transports and the
+// reply's state as the page knows it; the messages it receives go into the MessageView.
+//
+// A reply's life as the events tell it: the user's `message`, then nothing until the model's
+// first token (the page shows a pending bubble meanwhile), the reply row's `delta`s, and for an
+// agent any number of tool rounds (`tool_call` on the row that asked, a `tool_result` per call,
+// then the next row's deltas) until `done` with the last row. The server completes a round's
+// row without an event of its own, so the page ends it when the next row starts
+// (MessageView.settleRoundsBefore): without that the round's bubble said "Generating…" and Send
+// stayed disabled after the answer.
 
 import { api, streamPost } from "./api.js";
-import { $, clearNotice, el, errorNotice, notice, t } from "./dom.js";
+import { $, clearNotice, errorNotice, notice, t } from "./dom.js";
 import { compactionNotice } from "./compaction.js";
 import { sessionTitleAuto } from "./sessions.js";
 import { ChatSocket } from "./socket.js";
+
+// How long after a reply ended a "nothing to cancel" is the answer to a Stop that crossed it.
+const CANCEL_GRACE_MS = 3000;
+// A Stop pressed before the reply's first token is repeated this often until its `done`, a
+// few times at most: between storing the turn and registering its reply the server has
+// nothing to deliver a cancel to, and with a slow model no token comes to trigger another.
+const CANCEL_REPEAT_MS = 600;
+const CANCEL_REPEATS = 8;
 
 export class Stream {
   #sessionId;
@@ -21,6 +37,14 @@ export class Stream {
   // `done`, from another process) must not bring a deleted message back on screen.
   #gone = null;
   #rest = null; // AbortController of a REST stream in flight
+  // A reply asked for whose row has not streamed yet: { clientId, userId, stopping }.
+  #pending = null;
+  // Stop was pressed for the running reply: every new row of it is cancelled too (a cancel
+  // that reached the server before the reply was registered is lost; see #replyStarted).
+  #stopWanted = false;
+  #cancelled = new Set();
+  #endedAt = 0;
+  #cancelTimer = null;
 
   // `onUserMessage(m)`: a question of the user was stored (the turn navigator lists it);
   // `onTruncate(id)`: message `id` and everything after it were deleted (edit and resend);
@@ -40,7 +64,12 @@ export class Stream {
       onOpen: ({ reconnected }) => {
         document.documentElement.dataset.socket = "open";
         clearNotice();
-        if (reconnected) this.#view.catchUp();
+        if (!reconnected) return;
+        // What happened meanwhile is in the history, and a reply still running is announced
+        // again (its partial `message`): a pending bubble would wait for events already gone.
+        this.#pending = null;
+        this.syncBusy();
+        this.#view.catchUp();
       },
       onDown: () => {
         document.documentElement.dataset.socket = "down";
@@ -53,13 +82,27 @@ export class Stream {
     this.#socket?.drop();
   }
 
-  // Send waits and Stop shows while a reply streams in the window or a REST stream is open.
+  get busy() {
+    return Boolean(this.#pending) || Boolean(this.#view.streamingReply()) || Boolean(this.#rest);
+  }
+
+  // Send waits and Stop shows while a reply is on its way, streams in the window or a REST
+  // stream is open.
   syncBusy() {
-    const busy = Boolean(this.#view.streamingReply()) || Boolean(this.#rest);
+    const busy = this.busy;
     $("stop-btn").hidden = !busy;
     $("send-btn").disabled = busy;
+    $("composer").setAttribute("aria-busy", String(busy));
+    this.#view.setPending(this.#pending && { stopping: this.#pending.stopping });
     // Editing deletes the streaming reply's rows: Stop it first (the server would stop it too).
     this.#view.setEditLocked(busy);
+    if (!busy) this.#stopDone();
+  }
+
+  #stopDone() {
+    this.#stopWanted = false;
+    clearInterval(this.#cancelTimer);
+    this.#cancelTimer = null;
   }
 
   attachComposer() {
@@ -85,6 +128,9 @@ export class Stream {
 
   async send(content) {
     const client_id = crypto.randomUUID ? crypto.randomUUID() : `${Date.now()}-${Math.random()}`;
+    // The pending bubble shows at once, before the server has answered anything.
+    this.#pending = { clientId: client_id, userId: null, stopping: false };
+    this.syncBusy();
     if (!this.#view.atLiveEdge) await this.#view.openNewest();
     if (this.#socket?.send({ type: "send", content, client_id })) return true;
     try {
@@ -93,6 +139,10 @@ export class Stream {
     } catch (err) {
       if (err.name !== "AbortError") notice(`${t("send_error")} ${err.message || ""}`, { level: "error" });
       return false;
+    } finally {
+      // The stream ended: whatever it did not deliver is not coming this way.
+      if (this.#pending?.clientId === client_id) this.#pending = null;
+      this.syncBusy();
     }
   }
 
@@ -126,53 +176,49 @@ export class Stream {
     }
   }
 
+  // Stop before the first token cancels the reply as well: the server stores the turn and
+  // starts its reply at once, and a cancel that arrives before that is sent again when the
+  // turn is stored and when the reply's row first streams.
   stop() {
-    if (this.#socket?.send({ type: "cancel" })) return;
+    if (this.#socket?.open) {
+      this.#stopWanted = true;
+      if (this.#pending) this.#pending.stopping = true;
+      // The row streaming now gets this cancel; its next deltas must not send another.
+      const live = this.#view.streamingReply();
+      if (live) this.#cancelled.add(live.id);
+      this.syncBusy();
+      this.#socket.send({ type: "cancel" });
+      if (this.#pending && !this.#cancelTimer) {
+        let left = CANCEL_REPEATS;
+        this.#cancelTimer = setInterval(() => {
+          left -= 1;
+          if (left <= 0) this.#stopDone();
+          else if (this.#stopWanted) this.#socket?.send({ type: "cancel" });
+        }, CANCEL_REPEAT_MS);
+      }
+      return;
+    }
     // Without the socket: stop reading. The server finishes and stores the reply regardless.
     this.#rest?.abort();
   }
 
-  edit(node, m) {
-    const body = node.querySelector(".msg-body");
-    const area = el("textarea", { class: "edit-input", "aria-label": t("edit"), rows: "4" });
-    area.value = m.content;
-    const save = el("button", { type: "submit", class: "btn primary small", text: t("edit_send") });
-    const cancel = el("button", { type: "button", class: "btn small", text: t("cancel") });
-    const form = el("form", { class: "edit-form" }, area, el("div", { class: "edit-actions" }, save, cancel));
-    body.replaceChildren(form);
-    node.querySelector(".msg-actions")?.setAttribute("hidden", "");
-    area.focus();
-    area.addEventListener("keydown", (e) => {
-      if (e.key === "Escape") cancel.click();
-      if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {
-        e.preventDefault();
-        form.requestSubmit();
-      }
-    });
-    cancel.addEventListener("click", () => this.#view.refresh(m));
-    form.addEventListener("submit", async (e) => {
-      e.preventDefault();
-      const text = area.value;
-      if (!text.trim()) return;
-      try {
-        // Confirm only when the cut rewinds the rolling summary (older turns were compacted).
-        const ctx = await api.context(this.#sessionId);
-        const anchor = ctx.verbatim_since_message_id;
-        if (anchor !== null && m.id < anchor && !window.confirm(t("confirm_rewind"))) return;
-        const known = this.#view.messages.reduce((top, x) => Math.max(top, x.id), m.id);
-        this.#gone = { from: m.id, through: known };
-        const result = await api.truncate(this.#sessionId, m.id);
-        this.#gone = { from: m.id, through: Math.max(known, result.cancelled_reply_id || 0) };
-        if (result.context_budget) this.#setBudget(result.context_budget);
-      } catch (err) {
-        this.#gone = null; // nothing was deleted
-        notice(`${t("send_error")} ${err.message || ""}`, { level: "error" });
-        return;
-      }
-      this.#onTruncate(m.id);
-      await this.#view.openNewest();
-      await this.send(text);
-    });
+  // Edit and resend, once the reader confirmed (edit.js): the cut, then the new text.
+  async resend(m, text) {
+    const known = this.#view.messages.reduce((top, x) => Math.max(top, x.id), m.id);
+    try {
+      this.#gone = { from: m.id, through: known };
+      const result = await api.truncate(this.#sessionId, m.id);
+      this.#gone = { from: m.id, through: Math.max(known, result.cancelled_reply_id || 0) };
+      if (result.context_budget) this.#setBudget(result.context_budget);
+    } catch (err) {
+      this.#gone = null; // nothing was deleted
+      notice(`${t("send_error")} ${err.message || ""}`, { level: "error" });
+      return false;
+    }
+    this.#onTruncate(m.id);
+    await this.#view.openNewest();
+    await this.send(text);
+    return true;
   }
 
   // POST with `Accept: text/event-stream`: the same events as the socket, for this one reply.
@@ -192,51 +238,121 @@ export class Stream {
     const id = event.message ? event.message.id : event.message_id;
     if (this.#gone && Number.isInteger(id) && id >= this.#gone.from && id <= this.#gone.through) return;
     switch (event.type) {
-      case "message": {
-        const m = this.#view.liveUpsert(event.message);
-        if (m && m.role === "user") this.#onUserMessage(m);
+      case "message":
+        this.#onMessage(event.message);
         break;
-      }
       case "delta":
+        this.#replyStarted(event.message_id);
         this.#onDelta(event);
         break;
-      case "done": {
-        const message = event.message;
-        const m = this.#view.liveUpsert(message);
-        if (event.context_budget) this.#setBudget(event.context_budget);
-        if (m && message.role === "assistant" && typeof message.content_html !== "string") this.#view.fetchRendered(m.id);
+      case "done":
+        this.#onDone(event);
         break;
-      }
       case "error":
-        notice(`${t("error_prefix")} ${event.message || event.code}`, { level: "error" });
+        this.#onError(event);
         break;
-      case "compaction": {
-        // The end of a compaction carries the budget afterwards: the ring moves now, not at
-        // the next reply.
-        if (event.context_budget) this.#setBudget(event.context_budget);
-        if (event.state === "started") {
-          notice(t("compaction_started"), { sticky: true });
-          break;
-        }
-        // Say what happened: only a committed compaction folded turns into the summary.
-        const outcome = event.outcome || { done: "committed", failed: "failed" }[event.state];
-        const said = compactionNotice(outcome, event.messages_rolled);
-        if (said) notice(said.text, { level: said.level });
-        else clearNotice();
-        this.#onCompacted();
+      case "compaction":
+        this.#onCompaction(event);
         break;
-      }
       case "title":
         // The session was named for the first time (chat/services/titles.py).
         if (typeof event.title === "string") sessionTitleAuto(event.session_id, event.title);
         break;
       case "tool_call":
+        if (event.message) {
+          this.#replyStarted(event.message.id);
+          this.#view.liveUpsert(event.message);
+        }
+        break;
       case "tool_result":
-        if (event.message) this.#view.liveUpsert(event.message);
+        if (event.message) {
+          if (typeof event.tool === "string") this.#view.noteTool(event.message.id, event.tool);
+          if (event.tool === "memory_write" && !event.is_error) this.#view.noteMemory(event.message.id);
+          this.#view.liveUpsert(event.message);
+        }
+        break;
+      case "memory":
+        this.#onMemory(event);
         break;
       default:
         break;
     }
+    this.syncBusy();
+  }
+
+  #onMessage(message) {
+    const m = this.#view.liveUpsert(message);
+    if (message.role === "user") {
+      if (m) this.#onUserMessage(m);
+      // Ours (or another tab's): the turn is stored and its reply is starting.
+      if (!this.#pending || this.#pending.clientId === message.client_id || this.#pending.userId === null) {
+        const stopping = Boolean(this.#pending?.stopping);
+        this.#pending = { clientId: message.client_id, userId: message.id, stopping };
+        if (stopping) this.#socket?.send({ type: "cancel" });
+      }
+    } else if (message.role === "assistant" && message.status === "streaming") {
+      this.#replyStarted(message.id);
+    }
+  }
+
+  // Row `id` of the reply streams: the pending bubble gives way to it, the rounds before it
+  // are over, and a Stop pressed before it reached the server stops it now.
+  #replyStarted(id) {
+    this.#pending = null;
+    this.#view.settleRoundsBefore(id);
+    if (this.#stopWanted && !this.#cancelled.has(id)) {
+      this.#cancelled.add(id);
+      this.#socket?.send({ type: "cancel" });
+    }
+  }
+
+  #onDone(event) {
+    const message = event.message;
+    this.#pending = null;
+    this.#stopDone();
+    this.#endedAt = Date.now();
+    // The reader watched it stream: it stays unfolded, however long.
+    if (this.#view.find(message.id)?.status === "streaming") this.#view.keepUnfolded(message.id);
+    const m = this.#view.liveUpsert(message);
+    this.#view.settleRoundsBefore(message.id);
+    if (event.context_budget) this.#setBudget(event.context_budget);
+    if (m && message.role === "assistant" && typeof message.content_html !== "string") this.#view.fetchRendered(m.id);
+  }
+
+  #onError(event) {
+    if (event.code === "nothing_to_cancel") {
+      // A Stop that crossed the reply's end, or that came before the turn was stored (it is
+      // sent again then): nothing to say.
+      if (this.#pending?.stopping || Date.now() - this.#endedAt < CANCEL_GRACE_MS) return;
+      notice(`${t("error_prefix")} ${event.message || event.code}`, { level: "error" });
+      return;
+    }
+    // A refusal of our send before anything was stored: no reply is coming.
+    if (this.#pending && this.#pending.userId === null && event.code !== "cancel_failed") this.#pending = null;
+    notice(`${t("error_prefix")} ${event.message || event.code}`, { level: "error" });
+  }
+
+  #onMemory(event) {
+    if (event.action === "remembered" && Number.isInteger(event.message_id)) this.#view.noteMemory(event.message_id);
+    else if (event.action === "remember_failed") {
+      notice(`${t("memory_failed")} ${event.error || ""}`, { level: "error" });
+    }
+  }
+
+  #onCompaction(event) {
+    // The end of a compaction carries the budget afterwards: the ring moves now, not at the
+    // next reply.
+    if (event.context_budget) this.#setBudget(event.context_budget);
+    if (event.state === "started") {
+      notice(t("compaction_started"), { sticky: true });
+      return;
+    }
+    // Say what happened: only a committed compaction folded turns into the summary.
+    const outcome = event.outcome || { done: "committed", failed: "failed" }[event.state];
+    const said = compactionNotice(outcome, event.messages_rolled);
+    if (said) notice(said.text, { level: said.level });
+    else clearNotice();
+    this.#onCompacted();
   }
 
   #onDelta(event) {
@@ -267,6 +383,5 @@ export class Stream {
       }
     } else m.content += event.text;
     this.#view.streamText(m);
-    this.syncBusy();
   }
 }

@@ -5,9 +5,13 @@ import { api } from "./api.js";
 import { $, el, t, timeElement } from "./dom.js";
 import { isNarrow, togglePanel } from "./layout.js";
 
+// plain.js loads with the panel's first page (most visits never open it).
+let plainText = (text) => text;
+
+// The preview as plain text (`**demo**` reads "demo"), at most a line or two.
 function turnItem(turn) {
   const button = el("button", { type: "button", class: "turn-link", "data-target-id": turn.message_id },
-    el("span", { text: turn.preview }), timeElement(turn.created_at));
+    el("span", { text: plainText(turn.preview).slice(0, 160) }), timeElement(turn.created_at));
   return el("li", { "data-turn-id": turn.message_id }, button);
 }
 
@@ -38,7 +42,7 @@ export class TurnNavigator {
   // A new question goes on top, once the list has been loaded (else the load brings it).
   add(m) {
     if (!this.#loaded || this.#list.querySelector(`[data-turn-id="${m.id}"]`)) return;
-    const preview = m.content.replace(/\s+/g, " ").trim().slice(0, 120);
+    const preview = m.content.slice(0, 400);
     this.#list.prepend(turnItem({ message_id: m.id, created_at: m.created_at, preview }));
     $("turns-status").textContent = "";
   }
@@ -54,7 +58,8 @@ export class TurnNavigator {
     if (this.#loading || this.#done) return;
     this.#loading = true;
     try {
-      const page = await api.turns(this.#sessionId, this.#cursor);
+      const [page, plain] = await Promise.all([api.turns(this.#sessionId, this.#cursor), import("./plain.js")]);
+      plainText = plain.plainText;
       for (const turn of page.turns) this.#list.append(turnItem(turn)); // newest first
       this.#cursor = page.next_cursor;
       this.#done = !page.next_cursor;

@@ -31,6 +31,7 @@ def test_entries_create_list_search_read_delete(api, agent):
     entry = r.json()
     assert set(entry) == {
         "name",
+        "title",
         "content",
         "tags",
         "created",
@@ -39,6 +40,7 @@ def test_entries_create_list_search_read_delete(api, agent):
         "source_message_id",
     }
     assert entry["name"] == "the-user-prefers-green-tea"
+    assert entry["title"] == "The user prefers green tea."
     # the same fact again updates instead of repeating
     again = api.post(
         f"{_base(agent)}/entries", {"content": "the user prefers green tea"}, format="json"
@@ -127,6 +129,39 @@ def test_daily_note(api, agent):
     assert today["date"] == timezone.localdate().isoformat() and today["markdown"] == ""
     for bad in ("2025-13-01", "yesterday", "2025-3-4x"):
         assert api.get(f"{_base(agent)}/daily", {"date": bad}).status_code == 400
+
+
+def test_daily_note_html_is_the_sanitised_markdown_without_bookkeeping(api, agent):
+    day = date(2025, 3, 5)
+    body = (
+        "<!-- cadau:flush session=3 messages=10-11 -->\n\n"
+        "**user** (#10): plan **Porto** <script>alert(1)</script>\n\n"
+        "**assistant** (#11): - [x] done"
+    )
+    store.daily_note_append(agent_id=agent.pk, day=day, heading="Turn · 10:00", body=body)
+    note = api.get(f"{_base(agent)}/daily", {"date": "2025-03-05"}).json()
+    assert "(#10)" in note["markdown"] and "cadau:flush" in note["markdown"]  # the file as is
+    html = note["html"]
+    assert "<h2>Turn · 10:00</h2>" in html
+    assert "<strong>user</strong>: plan <strong>Porto</strong>" in html
+    assert "(#10)" not in html and "(#11)" not in html and "cadau:flush" not in html
+    assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_an_entry_is_titled_in_its_own_words_while_its_file_name_stays_ascii(api, agent):
+    # The model named it in English (memory_write's `name`); the user wrote Chinese.
+    porto = "计划波尔图周末：\n周六去里贝拉区"
+    store.entry_write(agent_id=agent.pk, name="plan-a-weekend-in-porto", content=porto)
+    tea = {"content": "# 用户喜欢喝绿茶，不加糖"}
+    made = api.post(f"{_base(agent)}/entries", tea, format="json")
+    assert made.status_code == 201
+    assert made.json()["title"] == "用户喜欢喝绿茶，不加糖"
+    assert made.json()["name"].startswith("entry-") and made.json()["name"].isascii()
+    listed = {e["name"]: e["title"] for e in api.get(f"{_base(agent)}/entries").json()["results"]}
+    assert listed["plan-a-weekend-in-porto"] == "计划波尔图周末："
+    long = "很长的记忆" * 30
+    title = api.post(f"{_base(agent)}/entries", {"content": long}, format="json").json()["title"]
+    assert title.endswith("…") and len(title) == 31  # 30 wide characters: 60 columns
 
 
 def test_api_on_a_non_default_storage_backend(api, agent, settings, runtime):

@@ -188,3 +188,61 @@ def login(page: Any, app: LiveApp, user: Any, *, next_path: str = "/") -> None:
 def screenshot(page: Any, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+
+
+# The chat page as its two kinds of reader see it: English on a desktop, Chinese on a 390 px
+# phone. Tests that take `variant_page` run once for each.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "en-desktop": {
+        "lang": "en",
+        "context": {"viewport": {"width": 1280, "height": 800}, "locale": "en-US"},
+    },
+    "zh-phone": {
+        "lang": "zh",
+        "context": {
+            "viewport": {"width": 390, "height": 844},
+            "locale": "zh-CN",
+            "has_touch": True,
+            "is_mobile": True,
+        },
+    },
+}
+
+
+@pytest.fixture(params=list(VARIANTS))
+def variant_page(request: Any, browser: Any) -> Iterator[Any]:
+    """A page in one of VARIANTS; `page.lang` is "en" or "zh", `page.phone` says 390 px."""
+    variant = VARIANTS[request.param]
+    ctx = browser.new_context(**variant["context"])
+    ctx.add_init_script(XSS_TRAP)
+    try:
+        page = ctx.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.lang = variant["lang"]
+        page.phone = variant["context"]["viewport"]["width"] <= 390
+        page.variant = request.param
+        yield page
+        assert not errors, f"JavaScript errors on the page: {errors}"
+    finally:
+        ctx.close()
+
+
+def say(page: Any, en: str, zh: str) -> str:
+    """The text the page shows in its language."""
+    return zh if page.lang == "zh" else en
+
+
+def wait_js(page: Any, expression: str, timeout: float = 15_000) -> None:
+    """wait_for_function with an expression is eval'd inside the page, which the CSP (no
+    'unsafe-eval') refuses; a function is injected through the devtools protocol."""
+    page.wait_for_function(f"() => ({expression})", timeout=timeout)
+
+
+def send_message(page: Any, text: str) -> None:
+    page.fill("#composer-input", text)
+    page.press("#composer-input", "Enter")
+
+
+def wait_socket(page: Any) -> None:
+    wait_js(page, "document.documentElement.dataset.socket === 'open'", timeout=10_000)

@@ -199,6 +199,10 @@ def test_edit_and_resend(page: Any, app: LiveApp, user: Any) -> None:
     first_user.locator("[data-action=edit]").click()
     page.fill(".edit-input", "edited question")
     page.click(".edit-form button[type=submit]")
+    # The dialog says what goes before anything does.
+    page.wait_for_selector("dialog#app-dialog[open]")
+    assert "3 messages after it" in page.inner_text("#dialog-text")
+    page.click("#app-dialog [data-dialog=confirm]")
     wait_js(
         page,
         "[...document.querySelectorAll('[data-role=assistant][data-status=complete]')]"
@@ -249,12 +253,14 @@ def test_sessions_sidebar_rename_and_delete(page: Any, app: LiveApp, user: Any) 
     page.wait_for_selector(f'.session.active[data-session-id="{doomed.pk}"]')
     assert page.locator(".session").count() == 27
 
-    page.once("dialog", lambda d: d.accept("Renamed chat"))
     page.click(f'.session[data-session-id="{doomed.pk}"] [data-action=rename]')
+    page.fill("#dialog-input", "Renamed chat")
+    page.press("#dialog-input", "Enter")
     wait_js(page, "document.getElementById('chat-title').textContent === 'Renamed chat'")
-    page.once("dialog", lambda d: d.accept())
     page.click(f'.session[data-session-id="{doomed.pk}"] [data-action=delete]')
-    # Deleting the open chat goes to "/", which opens the newest remaining one.
+    page.click("#app-dialog [data-dialog=confirm]")
+    # Deleting the open chat goes to "/" once the undo time is over, which opens the newest
+    # remaining one.
     page.wait_for_url(lambda url: "/chat/" in url and not url.endswith(f"/chat/{doomed.pk}/"))
     page.wait_for_selector(".session.active")
     assert page.locator(f'.session[data-session-id="{doomed.pk}"]').count() == 0
