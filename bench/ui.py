@@ -97,6 +97,33 @@ def _metrics(cdp: Any) -> dict[str, float]:
     return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
 
 
+def _page_weight(browser: Any, *, url: str, chat_url: str) -> dict[str, int]:
+    """Bytes one cold load of the chat page costs (empty cache, fresh context): on the wire
+    (bodies as sent, compressed or not) and decoded, summed over every response until the
+    newest page is rendered."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.goto(url + "/accounts/login/")
+    page.fill("#id_username", USER)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_load_state("load")
+    finished: list[Any] = []
+    page.on("requestfinished", finished.append)
+    page.goto(chat_url)
+    page.wait_for_function("() => document.documentElement.dataset.firstRender")
+    page.wait_for_load_state("networkidle")
+    wire = decoded = 0
+    for request in finished:
+        sizes = request.sizes()
+        wire += sizes["responseBodySize"] + sizes["responseHeadersSize"]
+        response = request.response()
+        if response is not None:
+            decoded += len(response.body())
+    context.close()
+    return {"requests": len(finished), "wire": wire, "decoded": decoded}
+
+
 def _measure(*, url: str, session_id: int, loads: int) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
@@ -114,6 +141,7 @@ def _measure(*, url: str, session_id: int, loads: int) -> dict[str, Any]:
         page.wait_for_selector("[data-message-id]")
 
         chat_url = f"{url}/chat/{session_id}/"
+        result["weight"] = _page_weight(browser, url=url, chat_url=chat_url)
         fcp, rendered = [], []
         for _ in range(loads):
             page.goto(chat_url)
@@ -219,6 +247,8 @@ def run(*, args: Any, command: str) -> str:
         f"{statistics.median(r['fcp_ms']):.0f} ms |",
         f"| newest page rendered (history fetched + 50 messages in the DOM), median | "
         f"{statistics.median(r['rendered_ms']):.0f} ms |",
+        f"| page weight, cold load ({r['weight']['requests']} requests): on the wire / decoded "
+        f"| {r['weight']['wire'] / 1024:.1f} / {r['weight']['decoded'] / 1024:.1f} KiB |",
         "",
         f"Verdict: the DOM held at most {r['max_dom']} messages (cap {r['cap']}) for a "
         f"{args.ui_messages:,}-message session; the heap went from {heap_b:.1f} to "
