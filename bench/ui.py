@@ -109,7 +109,7 @@ def _page_weight(browser: Any, *, url: str, chat_url: str) -> dict[str, int]:
     page.click("button[type=submit]")
     page.wait_for_load_state("load")
     finished: list[Any] = []
-    page.on("requestfinished", finished.append)
+    page.on("requestfinished", lambda request: finished.append(request))
     page.goto(chat_url)
     page.wait_for_function("() => document.documentElement.dataset.firstRender")
     page.wait_for_load_state("networkidle")
