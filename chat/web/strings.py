@@ -17,6 +17,7 @@ def js_strings() -> dict[str, str]:
         **_empty_strings(),
         **_search_strings(),
         **_agents_strings(),
+        **_code_strings(),
     }
 
 
@@ -145,4 +146,14 @@ def _agents_strings() -> dict[str, str]:
         "no_matches": _("Nothing in memory matches."),
         "entry_saved": _("Memory saved."),
         "confirm_delete_entry": _("Delete this memory? This cannot be undone."),
+    }
+
+
+def _code_strings() -> dict[str, str]:
+    """A code block's label, its Copy button's name and its scroll region's name."""
+    return {
+        "code_plain": _("text"),
+        "code_copy": _("Copy code (%(language)s)"),
+        "code_region": _("Code: %(language)s"),
+        "math_region": _("Formula"),
     }
