@@ -150,10 +150,13 @@ def _agents_strings() -> dict[str, str]:
 
 
 def _code_strings() -> dict[str, str]:
-    """A code block's label, its Copy button's name and its scroll region's name."""
+    """A code block's label, its Copy button's name and its scroll region's name; the chat's
+    model picker."""
     return {
         "code_plain": _("text"),
         "code_copy": _("Copy code (%(language)s)"),
         "code_region": _("Code: %(language)s"),
         "math_region": _("Formula"),
+        "model_default": _("Default (%(model)s)"),
+        "model_set": _("Replies in this chat now come from %(model)s."),
     }
