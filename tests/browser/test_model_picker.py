@@ -40,14 +40,14 @@ def test_pick_a_model_for_this_chat(
         wait_js(page, "!document.getElementById('notice').hidden")
         assert "fake-summary" in page.locator("#notice").inner_text()
         assert ChatSession.objects.get(pk=session.pk).model == "fake-summary"
-        if variant == VARIANTS[0]:
-            doc_screenshot(page, "model-picker")
 
         app.fake.script({"content": "Answered by the summary model.", "token_ms": 2})
         page.fill("#composer-input", "Which model?")
         page.press("#composer-input", "Enter")
         page.wait_for_selector('[data-role="assistant"][data-status="complete"]')
         assert app.fake.calls[-1].body["model"] == "fake-summary"
+        if variant == VARIANTS[0]:
+            doc_screenshot(page, "model-picker")
 
         # Per chat: another chat keeps the default; back here the choice is shown again.
         page.goto(f"{app.url}/chat/{other.pk}/")
