@@ -8,11 +8,11 @@ a crafted link cannot smuggle a script, an event handler or a `javascript:` URL 
 What it formats, all on the server so stored and streamed replies (a streamed one is fetched
 rendered once it ends, static/chat/stream.js) go through the same code and the page ships no
 parser: GFM tables with their alignment (as classes: the CSP forbids style attributes), task
-lists, strikethrough, bare URLs (linkify-it-py), fenced code coloured by Pygments (token
-classes; static/chat/highlight.css colours them), and TeX math (`$…$`, `$$…$$`, `\\(…\\)`,
-`\\[…\\]`) as MathML by latex2mathml, which Chromium, Firefox and Safari draw natively: no
-KaTeX script, fonts or inline styles. The TeX source rides along as the MathML annotation, so
-copying a formula keeps every backslash (`\\,` included).
+lists, strikethrough, bare URLs (with a scheme or www.; linkify-it-py), fenced code coloured
+by Pygments (token classes; static/chat/highlight.css colours them), and TeX math
+(`$…$`, `$$…$$`, `\\(…\\)`, `\\[…\\]`) as MathML by latex2mathml, which Chromium, Firefox
+and Safari draw natively: no KaTeX script, fonts or inline styles. The TeX source rides along
+as the MathML annotation, so copying a formula keeps every backslash (`\\,` included).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from mdit_py_plugins.tasklists import tasklists_plugin
 from mdit_py_plugins.texmath import texmath_plugin
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
+from pygments.lexer import Lexer
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
@@ -115,11 +116,18 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
     name = lang.strip().split(maxsplit=1)[0] if lang.strip() else ""
     if not name or len(code) > HIGHLIGHT_MAX_CHARS:
         return ""
+    lexer = _lexer(name.lower())
+    return highlight(code, lexer, _formatter()) if lexer is not None else ""
+
+
+@lru_cache(maxsize=128)
+def _lexer(name: str) -> Lexer | None:
+    # Looking a name up walks Pygments' whole lexer table (a millisecond); a lexer instance
+    # keeps no state between texts, so one per language serves every block.
     try:
-        lexer = get_lexer_by_name(name, stripnl=False, ensurenl=False)
+        return get_lexer_by_name(name, stripnl=False, ensurenl=False)
     except ClassNotFound:
-        return ""
-    return highlight(code, lexer, _formatter())
+        return None
 
 
 @lru_cache(maxsize=1)
@@ -195,31 +203,50 @@ def _alignment_classes(state: Any) -> None:
             token.attrSet("class", f"align-{found.group(1)}")
 
 
-@lru_cache(maxsize=1)
-def _md() -> MarkdownIt:
-    # "js-default" = CommonMark with html disabled; tables, strikethrough and linkify on.
-    md = MarkdownIt("js-default", {"breaks": True, "linkify": True, "highlight": _highlight})
-    md.enable(["table", "strikethrough", "linkify"])
+@lru_cache(maxsize=4)
+def _md(*, linkify: bool, math: bool) -> MarkdownIt:
+    """A parser with only the rules a text can need: linkify's scan and the math rules cost
+    a millisecond or two per message, several times the rest, on a history page of 50."""
+    # "js-default" = CommonMark with html disabled; tables and strikethrough on.
+    md = MarkdownIt("js-default", {"breaks": True, "linkify": linkify, "highlight": _highlight})
+    md.enable(["table", "strikethrough"])
+    if linkify:
+        md.enable("linkify")
     md.use(tasklists_plugin, label=True)
-    # \( \) and \[ \] (what most models write), then $ and $$. No space inside the dollars
-    # and no digit after the closing one, so "costs $5 and $6" stays text.
-    md.use(texmath_plugin, delimiters="brackets")
-    md.use(dollarmath_plugin, allow_space=False, allow_digits=False, allow_labels=False)
-    for name in ("math_inline", "math_inline_double"):
-        md.add_render_rule(name, _math_rule(display=name == "math_inline_double"))
-    for name in ("math_block", "math_block_eqno", "math_block_label"):
-        md.add_render_rule(name, _math_rule(display=True))
+    if math:
+        # \( \) and \[ \] (what most models write), then $ and $$. No space inside the
+        # dollars and no digit after the closing one, so "costs $5 and $6" stays text.
+        md.use(texmath_plugin, delimiters="brackets")
+        md.use(dollarmath_plugin, allow_space=False, allow_digits=False, allow_labels=False)
+        for name in ("math_inline", "math_inline_double"):
+            md.add_render_rule(name, _math_rule(display=name == "math_inline_double"))
+        for name in ("math_block", "math_block_eqno", "math_block_label"):
+            md.add_render_rule(name, _math_rule(display=True))
     md.core.ruler.push("alignment_classes", _alignment_classes)
     return md
 
 
+def _parser_for(text: str) -> MarkdownIt:
+    # What linkify-it can link (a scheme, "www.", an e-mail address) and what can open math.
+    linkify = "://" in text or "www." in text or "@" in text
+    math = "$" in text or "\\(" in text or "\\[" in text
+    return _md(linkify=linkify, math=math)
+
+
+# nh3 converts its allow-lists on every call, and the MathML ones are most of them (a
+# millisecond a message): only text that rendered math gets them.
+_PLAIN_TAGS = _TAGS - _MATHML_TAGS
+_PLAIN_ATTRIBUTES = {tag: names for tag, names in _ATTRIBUTES.items() if tag not in _MATHML_TAGS}
+
+
 def render_markdown(text: str) -> str:
     """Safe HTML for `text` (untrusted). Links get rel="noopener nofollow noreferrer"."""
-    rendered = _md().render(text or "")
+    rendered = _parser_for(text or "").render(text or "")
+    math = "<math" in rendered
     return nh3.clean(
         rendered,
-        tags=_TAGS,
-        attributes=_ATTRIBUTES,
+        tags=_TAGS if math else _PLAIN_TAGS,
+        attributes=_ATTRIBUTES if math else _PLAIN_ATTRIBUTES,
         url_schemes=_URL_SCHEMES,
         link_rel="noopener nofollow noreferrer",
         attribute_filter=_filter_attribute,
