@@ -9,6 +9,7 @@ PORT   ?= 8000
 
 # Re-install only when the dependency list changes.
 $(VENV)/.installed: pyproject.toml
+	@echo "==> Installing Python packages into $(VENV) (first run, or pyproject.toml changed: a minute or two)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -23,15 +24,19 @@ install: $(VENV)/.installed node_modules/.installed
 
 # First run only: a fresh SECRET_KEY in a git-ignored file; nothing secret lives in the repo.
 .env.local: | $(VENV)/.installed
+	@echo "==> Writing a fresh SECRET_KEY to .env.local (first run only)"
 	$(PY) -c 'import secrets; print("SECRET_KEY=" + secrets.token_urlsafe(50))' > $@
 	chmod 600 $@
 
 migrate: $(VENV)/.installed .env.local
+	@echo "==> Applying database migrations (SQLite db.sqlite3 unless DATABASE_URL is set)"
 	$(PY) manage.py migrate --noinput
 
 run: migrate
+	@echo "==> Making sure a local login exists"
 	$(PY) manage.py ensure_local_login --url http://$(HOST):$(PORT)/
 	$(PY) manage.py sweep_streaming
+	@echo "==> Serving http://$(HOST):$(PORT)/ (Ctrl+C stops; options: make run PORT=8001 HOST=127.0.0.1)"
 	$(PY) -m cadau.serve -b $(HOST) -p $(PORT) cadau.asgi:application
 
 test: install .env.local

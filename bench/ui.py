@@ -97,6 +97,47 @@ def _metrics(cdp: Any) -> dict[str, float]:
     return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
 
 
+def _page_weight(browser: Any, *, url: str, chat_url: str) -> dict[str, int]:
+    """Bytes one cold load of the chat page costs (empty cache, fresh context): on the wire
+    (bodies as sent, compressed or not) and decoded, summed over every response until the
+    newest page is rendered."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.goto(url + "/accounts/login/")
+    page.fill("#id_username", USER)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_load_state("load")
+    # The devtools protocol's own counts: bytes received per request as sent (headers and
+    # body, compressed or not) and the body's bytes after decoding.
+    cdp = context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    # Cold: the login page already fetched the stylesheets and scripts.
+    cdp.send("Network.clearBrowserCache")
+    cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+    wire: dict[str, int] = {}
+    decoded: dict[str, int] = {}
+    cdp.on(
+        "Network.loadingFinished",
+        lambda e: wire.__setitem__(e["requestId"], e["encodedDataLength"]),
+    )
+    cdp.on(
+        "Network.dataReceived",
+        lambda e: decoded.__setitem__(
+            e["requestId"], decoded.get(e["requestId"], 0) + e["dataLength"]
+        ),
+    )
+    page.goto(chat_url)
+    page.wait_for_function("() => document.documentElement.dataset.firstRender")
+    page.wait_for_load_state("networkidle")
+    context.close()
+    return {
+        "requests": len(wire),
+        "wire": int(sum(wire.values())),
+        "decoded": sum(decoded.values()),
+    }
+
+
 def _measure(*, url: str, session_id: int, loads: int) -> dict[str, Any]:
     from playwright.sync_api import sync_playwright
 
@@ -114,6 +155,7 @@ def _measure(*, url: str, session_id: int, loads: int) -> dict[str, Any]:
         page.wait_for_selector("[data-message-id]")
 
         chat_url = f"{url}/chat/{session_id}/"
+        result["weight"] = _page_weight(browser, url=url, chat_url=chat_url)
         fcp, rendered = [], []
         for _ in range(loads):
             page.goto(chat_url)
@@ -219,6 +261,8 @@ def run(*, args: Any, command: str) -> str:
         f"{statistics.median(r['fcp_ms']):.0f} ms |",
         f"| newest page rendered (history fetched + 50 messages in the DOM), median | "
         f"{statistics.median(r['rendered_ms']):.0f} ms |",
+        f"| page weight, cold load ({r['weight']['requests']} requests): on the wire / decoded "
+        f"| {r['weight']['wire'] / 1024:.1f} / {r['weight']['decoded'] / 1024:.1f} KiB |",
         "",
         f"Verdict: the DOM held at most {r['max_dom']} messages (cap {r['cap']}) for a "
         f"{args.ui_messages:,}-message session; the heap went from {heap_b:.1f} to "

@@ -115,6 +115,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: it sees a deferred response after every other middleware has (cadau/deferred.py).
     "cadau.deferred.DeferredResponseMiddleware",
+    # gzip for pages and JSON, after everything else has written the body; never streams.
+    "cadau.compression.CompressionMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "chat.middleware.ContentSecurityPolicyMiddleware",
     "chat.middleware.StaticFilesMiddleware",
@@ -503,3 +505,5 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 
 # Serve straight from the app's static folders (no collectstatic step, same in every deployment).
 WHITENOISE_USE_FINDERS = True
+# Brotli and gzip copies of the static files, named by content hash (cadau/compression.py).
+STATIC_COMPRESSED_DIR = RUNTIME_DIR / "static-compressed"

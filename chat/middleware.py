@@ -16,8 +16,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
-from whitenoise.middleware import WhiteNoiseMiddleware
 
+from cadau.compression import CompressingWhiteNoise
 from cadau.middleware import BothModesMiddleware
 
 CONTENT_SECURITY_POLICY = (
@@ -63,7 +63,8 @@ class StaticFilesMiddleware(BothModesMiddleware):
 
     def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         super().__init__(get_response)
-        self.whitenoise = WhiteNoiseMiddleware(get_response)
+        # Serves each file's cached Brotli/gzip copy to a browser that takes it.
+        self.whitenoise = CompressingWhiteNoise(get_response)
 
     def _static_file(self, request: HttpRequest) -> Any:
         if self.whitenoise.autorefresh:

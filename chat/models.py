@@ -75,6 +75,9 @@ class ChatSession(models.Model):
         Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="sessions"
     )
     title = models.CharField(max_length=200, blank=True, default="")
+    # The model this chat's replies go to, chosen in the chat's header among the operator's
+    # LLM_ALLOWED_MODELS; "" = the agent's model, else the server's (chat/context/prompt.py).
+    model = models.CharField(max_length=200, blank=True, default="")
     # Rolling model context: every message with id < verbatim_since_message_id is represented
     # only by context_summary in the payload; from the anchor on, messages go verbatim. NULL
     # means nothing has been summarised yet. A plain integer, not a FK: the anchor is a position

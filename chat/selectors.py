@@ -17,6 +17,7 @@ from cadau.contextconfig import ContextConfig
 from chat.context import context_budget_from_row, context_config_for
 from chat.context.budget import with_context_runes
 from chat.context.heading import summary_prefix
+from chat.context.prompt import agent_model
 from chat.cursors import (
     decode_message_cursor,
     decode_session_list_cursor,
@@ -338,3 +339,9 @@ def model_provider() -> dict[str, Any]:
     """Which model answers: its provider's name, model, whether it is the offline one, and its
     base URL (staff only, the adapter decides)."""
     return dict(provider_info())
+
+
+def session_default_model(*, session: ChatSession | None) -> str:
+    """What "default" means in a chat's model picker: its agent's model, else the server's."""
+    agent = session.agent if session is not None else None
+    return agent_model(agent=agent) or str(provider_info()["model"])

@@ -28,6 +28,8 @@ class StatusView(APIView):
             {
                 "user": {"id": request.user.pk, "username": request.user.get_username()},
                 "provider": _provider(request),
+                # What a chat may be switched to (PATCH /chat/sessions/{id} `model`).
+                "allowed_models": list(settings.LLM_ALLOWED_MODELS),
                 "context": {
                     "strategy": cfg.strategy,
                     "input_budget_runes": cfg.input_budget_runes,

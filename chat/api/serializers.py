@@ -44,6 +44,7 @@ class SessionSerializer(serializers.ModelSerializer):
             "id",
             "title",
             "agent_id",
+            "model",
             "created_at",
             "updated_at",
             "message_count",
@@ -114,7 +115,20 @@ class SessionCreateSerializer(serializers.Serializer):
 
 
 class SessionUpdateSerializer(serializers.Serializer):
-    title = StrictCharField(max_length=TITLE_MAX, allow_blank=False)
+    title = StrictCharField(max_length=TITLE_MAX, allow_blank=False, required=False)
+    model = StrictCharField(
+        max_length=200,
+        allow_blank=True,
+        required=False,
+        trim_whitespace=True,
+        help_text="One of the server's allowed models (`allowed_models` of GET /api/v1/status); "
+        "empty for the agent's or the server's default.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError("Give `title`, `model` or both.")
+        return attrs
 
 
 class HistoryQuerySerializer(serializers.Serializer):

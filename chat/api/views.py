@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions, status
@@ -34,7 +35,12 @@ from chat.selectors import (
     session_summary_heading,
     turns_page,
 )
-from chat.services.sessions import session_create, session_delete, session_update
+from chat.services.sessions import (
+    session_create,
+    session_delete,
+    session_model_set,
+    session_update,
+)
 from chat.turn.truncate import turn_truncate
 
 _SESSION_ID_PATH = OpenApiParameter(
@@ -96,7 +102,12 @@ class SessionDetailView(APIView):
     def patch(self, request: Request, session_id: str) -> Response:
         session = session_for_user(user=request.user, session_id=session_id)
         data = valid(s.SessionUpdateSerializer, request.data)
-        session = session_update(session=session, title=data["title"])
+        with transaction.atomic():
+            # The model first: a refused one leaves the title unchanged too.
+            if "model" in data:
+                session = session_model_set(session=session, model=data["model"])
+            if "title" in data:
+                session = session_update(session=session, title=data["title"])
         return Response(s.SessionSerializer(session).data)
 
     @extend_schema(

@@ -48,9 +48,17 @@ def agent_model(*, agent: Agent | None) -> str | None:
     return agent.model
 
 
+def reply_model(*, session: ChatSession) -> str | None:
+    """The model a session's replies are sent to: the one chosen for the chat while the
+    operator still allows it, else its agent's, else None (the server's own)."""
+    if session.model and model_allowed(model=session.model):
+        return session.model
+    return agent_model(agent=session.agent)
+
+
 def session_model(*, session: ChatSession) -> str:
     """The model a session's replies go to (for what is learned about its window)."""
-    return agent_model(agent=session.agent) or get_provider().model
+    return reply_model(session=session) or get_provider().model
 
 
 def system_text(*, system_prompt: str, summary: str) -> str:

@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
 from chat.context import context_reset
-from chat.errors import NotFound, ReplyInProgress
+from chat.context.prompt import model_allowed
+from chat.errors import InvalidInput, NotFound, ReplyInProgress
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
 from chat.selectors import agent_for_user
 
@@ -27,6 +29,22 @@ def session_update(*, session: ChatSession, title: str) -> ChatSession:
     session.title = title
     # Renaming is not activity: last_activity_at stays, so the list order does not jump.
     session.save(update_fields=["title", "updated_at"])
+    return session
+
+
+def session_model_set(*, session: ChatSession, model: str) -> ChatSession:
+    """The model this chat's replies go to from the next send on; "" = the agent's or the
+    server's. Only one the operator allows (LLM_ALLOWED_MODELS): a refusal changes nothing."""
+    model = model.strip()
+    if not model_allowed(model=model):
+        allowed = ", ".join(settings.LLM_ALLOWED_MODELS) or "none"
+        raise InvalidInput(
+            f"model: {model!r} is not one this server allows (allowed: {allowed}; empty for "
+            "the agent's or the server's default)",
+            code="model_not_allowed",
+        )
+    session.model = model
+    session.save(update_fields=["model", "updated_at"])
     return session
 
 

@@ -18,7 +18,7 @@ from chat.context import (
     context_needs_compaction,
     context_state_fresh,
 )
-from chat.context.prompt import agent_model
+from chat.context.prompt import reply_model
 from chat.llm import get_provider, slots
 from chat.llm.base import (
     ContextLengthExceeded,
@@ -127,7 +127,7 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
             gen, turn, rounds.reply, "", "context_too_large", too_large, shown=too_large
         )
     provider = get_provider()
-    model = agent_model(agent=turn.session.agent)
+    model = reply_model(session=turn.session)
     # The model's name as its window and token estimates are filed under.
     named = model or provider.model
 

@@ -19,6 +19,7 @@ def js_strings() -> dict[str, str]:
         **_agents_strings(),
         **_state_strings(),
         **_dialog_strings(),
+        **_code_strings(),
     }
 
 
@@ -194,4 +195,17 @@ def _dialog_strings() -> dict[str, str]:
             "is sent."
         ),
         "edit_rewinds": _("The conversation summary also goes back to an earlier state."),
+    }
+
+
+def _code_strings() -> dict[str, str]:
+    """A code block's label, its Copy button's name and its scroll region's name; the chat's
+    model picker."""
+    return {
+        "code_plain": _("text"),
+        "code_copy": _("Copy code (%(language)s)"),
+        "code_region": _("Code: %(language)s"),
+        "math_region": _("Formula"),
+        "model_default": _("Default (%(model)s)"),
+        "model_set": _("Replies in this chat now come from %(model)s."),
     }

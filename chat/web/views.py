@@ -19,6 +19,7 @@ from chat.selectors import (
     agent_for_user,
     model_provider,
     session_context_config,
+    session_default_model,
     session_for_user,
     session_list,
 )
@@ -56,6 +57,10 @@ def _page_config(*, request: HttpRequest, session: ChatSession | None) -> dict[s
             "model": provider["model"],
         },
         "features": {"agents": _route_exists("/api/v1/agents")},
+        # The chat's model picker: the models the operator allows, and what "default" means
+        # here (the agent's model, else the server's).
+        "models": list(settings.LLM_ALLOWED_MODELS),
+        "default_model": session_default_model(session=session),
         "strings": js_strings(),
         "language": getattr(request, "LANGUAGE_CODE", settings.LANGUAGE_CODE),
     }

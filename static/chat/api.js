@@ -53,6 +53,7 @@ export const api = {
   createSession: (body) => request("POST", "/api/v1/chat/sessions", { body }),
   session: (id) => request("GET", `/api/v1/chat/sessions/${id}`),
   renameSession: (id, title) => request("PATCH", `/api/v1/chat/sessions/${id}`, { body: { title } }),
+  updateSession: (id, body) => request("PATCH", `/api/v1/chat/sessions/${id}`, { body }),
   deleteSession: (id, { keepalive = false } = {}) => request("DELETE", `/api/v1/chat/sessions/${id}`, { keepalive }),
   history: (sessionId, params) =>
     request("GET", "/api/v1/chat/history", { query: { session_id: sessionId, render: "html", ...params } }),

@@ -14,6 +14,7 @@ import { HistoryPanel } from "./history.js";
 import { closeSidebar, isNarrow, openSidebar, setupNarrowLayout } from "./layout.js";
 import { MemoryPanel } from "./memory.js";
 import { MessageView } from "./messages.js";
+import { setupModelPicker } from "./model-picker.js";
 import { updateRing } from "./ring.js";
 import { Search } from "./search.js";
 import { SessionList, setupAgentPicker } from "./sessions.js";
@@ -161,6 +162,7 @@ async function setupChat(session) {
     else if (action === "remember") memory?.remember(button, m);
   });
   setupCompactNow(session.id, history);
+  setupModelPicker(session, { setBudget });
   stream.attachComposer();
   // A message that cannot be shown (an edit deleted it): the chat opens at its newest.
   const gone = () => {

@@ -1,6 +1,7 @@
 // One message as DOM: an <article id="m-<id>"> with its head, body, state line and actions.
 // No state: what depends on the rest of the window (is this the newest reply?) is passed in.
 
+import { decorateCodeBlocks } from "./codeblocks.js";
 import { el, t, timeElement } from "./dom.js";
 import { bodyKind, messageActions, stateLine, toolCallNames, toolPreview } from "./message-parts.js";
 
@@ -15,6 +16,7 @@ function fillBody(body, m, toolName) {
   if (kind === "markdown") {
     // Sanitised on the server (chat/rendering.py: markdown-it without raw HTML, then nh3).
     body.innerHTML = m.content_html;
+    decorateCodeBlocks(body);
     body.classList.add("markdown");
     body.classList.remove("plain");
   } else if (kind === "tool") {

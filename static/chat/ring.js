@@ -31,5 +31,7 @@ export function updateRing(root, budget, { thresholdPct, format }) {
   label.textContent = `${Math.round(pct)}%`;
   const text = format(budget);
   tip.textContent = text;
-  root.querySelector("#ring-btn").setAttribute("aria-label", text);
+  // The name starts with what the button shows ("2%"), so speech input ("click 2 percent")
+  // and a screen reader agree with the screen (axe: label-content-name-mismatch).
+  root.querySelector("#ring-btn").setAttribute("aria-label", `${label.textContent} — ${text}`);
 }

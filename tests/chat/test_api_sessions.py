@@ -19,6 +19,7 @@ SESSION_KEYS = {
     "id",
     "title",
     "agent_id",
+    "model",
     "created_at",
     "updated_at",
     "message_count",

@@ -47,7 +47,7 @@ def _archived(owner, fake_llm) -> tuple[ChatSession, int]:
     result = context_compact(session_id=session.pk, trigger="manual", force=True)
     assert result.outcome == "committed", result
     session.refresh_from_db()
-    assert session.verbatim_since_message_id > planted.pk
+    assert (session.verbatim_since_message_id or 0) > planted.pk
     assert "4471" not in session.context_summary
     return session, planted.pk
 

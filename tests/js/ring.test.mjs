@@ -38,7 +38,8 @@ test("the arc, the label and the level follow used_pct, clamped to 0..100", () =
   assert.equal(root.dataset.level, "warn");
   assert.equal(root.dataset.usedPct, "72.25");
   assert.equal(root.parts["#ring-tip"].textContent, "7225 of 10000");
-  assert.equal(root.parts["#ring-btn"].attrs["aria-label"], "7225 of 10000");
+  // The name starts with what the button shows.
+  assert.equal(root.parts["#ring-btn"].attrs["aria-label"], "72% — 7225 of 10000");
 
   updateRing(root, { used_pct: 140 }, { thresholdPct: 88, format });
   assert.equal(root.parts["#ring-value"].attrs["stroke-dasharray"], "100.0 0.0");

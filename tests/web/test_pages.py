@@ -119,6 +119,8 @@ class _Tags(HTMLParser):
 
 SAFE_TAGS = {"p", "br", "strong", "em", "s", "code", "pre", "blockquote", "a", "table", "thead"}
 SAFE_TAGS |= {"tbody", "tr", "th", "td", "ul", "ol", "li", "h1", "h2", "h3", "hr", "del"}
+# Code colouring's token spans, task-list boxes and math (tests/chat/test_rendering.py).
+SAFE_TAGS |= {"span", "div", "label", "input", "math", "semantics", "annotation", "mrow", "mi"}
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
@@ -135,7 +137,8 @@ def test_render_markdown_neutralises(payload: str) -> None:
 def test_render_markdown_features() -> None:
     html = render_markdown("# T\n\n**b** `c`\n\n```python\nx = 1 < 2\n```\n\n[l](https://e.org)")
     assert "<h1>T</h1>" in html and "<strong>b</strong>" in html and "<code>c</code>" in html
-    assert '<code class="language-python">x = 1 &lt; 2' in html
+    assert '<code class="language-python"><span class="hl-n">x</span>' in html
+    assert '<span class="hl-o">&lt;</span>' in html
     assert 'href="https://e.org"' in html and 'rel="noopener nofollow noreferrer"' in html
 
 
