@@ -54,10 +54,11 @@ class ContextConfig:
 
     @property
     def summary_cap_runes(self) -> int:
-        """The summary's cap at this budget: `summary_max_runes`, but never more than an eighth
-        of the budget (a 6,000-rune summary took the room of a 16,000-rune budget's turns and
-        recall, and at 1,500 runes left no room for a message at all)."""
-        return max(200, min(self.summary_max_runes, self.input_budget_runes // 8))
+        """The summary's cap at this budget: `summary_max_runes`, but no more than an eighth of
+        the budget (a 6,000-rune summary took the room of a 16,000-rune budget's turns and
+        recall) unless that is under 800 runes, the least that holds its five headings and a
+        few facts (a smaller budget's summary yields room per call instead, payload.py)."""
+        return min(self.summary_max_runes, max(self.input_budget_runes // 8, 800))
 
     def with_overrides(self, overrides: Mapping[str, Any], *, source: str) -> ContextConfig:
         return _build(base=self, values=overrides, source=source)

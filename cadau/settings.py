@@ -368,20 +368,17 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
 }
-# The schema and the Swagger UI are for logged-in users; true serves them to anyone
-# (cadau/apidocs.py).
+# The schema and the Swagger UI are for logged-in users; true: anyone (cadau/apidocs.py).
 API_DOCS_PUBLIC: bool = _bool("API_DOCS_PUBLIC", default=False)
 
 # --- Cadau ----------------------------------------------------------------------------------
 RUNTIME_DIR = Path(env.str("RUNTIME_DIR", default=str(BASE_DIR / "runtime"))).resolve()
 # Agent memory files: "" = files under RUNTIME_DIR; or a STORAGES alias / dotted Storage path.
 AGENT_MEMORY_STORAGE: str = env.str("AGENT_MEMORY_STORAGE", default="")
-# Per agent: long-term entries (one fact each) and workspace files. Past them a write of a new
-# one is refused with a clear error (the API's 409 memory_full, a tool error for the model).
+# Per agent: long-term entries and workspace files; past them a new one is refused (409).
 AGENT_MEMORY_MAX_ENTRIES: int = _int("AGENT_MEMORY_MAX_ENTRIES", default=1000, minimum=1)
 AGENT_WORKSPACE_MAX_FILES: int = _int("AGENT_WORKSPACE_MAX_FILES", default=1000, minimum=1)
-# Extra agent tools: dotted paths to chat.tools.Tool objects (see chat/tools.py). An agent gets
-# them only when its config_json "tools" list names them; built-ins are on by default.
+# Extra agent tools (dotted paths to chat.tools.Tool objects) for agents whose "tools" name them.
 AGENT_TOOLS: list[str] = env.list("AGENT_TOOLS", default=[])
 
 LLM_BASE_URL: str = env.str("LLM_BASE_URL", default="").rstrip("/")
@@ -393,14 +390,12 @@ LLM_CONNECT_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_CONNECT_TIMEOUT_SEC
 LLM_MAX_RETRIES: int = _strict(env.int, "LLM_MAX_RETRIES", default=2)
 # First retry waits this long, doubling (with jitter) up to 8 s; Retry-After wins when small.
 LLM_RETRY_BACKOFF_SECONDS: float = _strict(env.float, "LLM_RETRY_BACKOFF_SECONDS", default=0.5)
-# The models an agent of a user who is not staff may name (an agent's empty model means the
-# server's own). Default: the ones configured above.
+# The models a non-staff user's agent or chat may name (default: the ones configured above).
 LLM_ALLOWED_MODELS: list[str] = env.list(
     "LLM_ALLOWED_MODELS", default=[m for m in dict.fromkeys((LLM_MODEL, LLM_SUMMARY_MODEL)) if m]
 )
-# How many requests the model server answers at once, when it is few: 1 for llama.cpp's server
-# without --parallel and for llama-cpp-python. Then background compactions wait until this
-# process has no reply in flight (at most LLM_IDLE_WAIT_SECONDS). 0: not limited, don't wait.
+# Requests the model server answers at once when few (1: llama.cpp without --parallel): then
+# background compactions wait for no reply in flight (at most LLM_IDLE_WAIT_SECONDS). 0: no limit.
 LLM_SERVER_SLOTS: int = _int("LLM_SERVER_SLOTS", default=0)
 LLM_IDLE_WAIT_SECONDS: float = _strict(env.float, "LLM_IDLE_WAIT_SECONDS", default=120.0)
 if LLM_BASE_URL and not LLM_BASE_URL.startswith(("http://", "https://")):
@@ -409,21 +404,20 @@ if LLM_BASE_URL and not LLM_BASE_URL.startswith(("http://", "https://")):
 # Semantic recall (docs/search.md): an embedding model on an OpenAI-compatible /v1/embeddings.
 # Empty model: off (lexical recall only, nothing embedded, no vector written).
 LLM_EMBEDDING_MODEL: str = env.str("LLM_EMBEDDING_MODEL", default="")
-LLM_EMBEDDING_BASE_URL: str = (
-    env.str("LLM_EMBEDDING_BASE_URL", default="").rstrip("/") or LLM_BASE_URL
-)
+LLM_EMBEDDING_BASE_URL: str = env.str("LLM_EMBEDDING_BASE_URL", default="").rstrip("/")
+LLM_EMBEDDING_BASE_URL = LLM_EMBEDDING_BASE_URL or LLM_BASE_URL
 LLM_EMBEDDING_API_KEY: str = env.str("LLM_EMBEDDING_API_KEY", default="") or LLM_API_KEY
-# Asked of the server when > 0 (models that can shorten their vectors); 0: the model's own.
+# DIMENSIONS: asked of the server when > 0 (models that can shorten their vectors). BATCH: texts
+# per request of the background embedder. The timeouts: its requests, and the send's one query
+# embedding (past it, the send recalls lexically only).
 LLM_EMBEDDING_DIMENSIONS: int = _int("LLM_EMBEDDING_DIMENSIONS", default=0)
-# Texts per request of the background embedder.
 LLM_EMBEDDING_BATCH: int = _int("LLM_EMBEDDING_BATCH", default=32, minimum=1)
-# The background embedder's requests (a batch) and the send's one query embedding: a send waits
-# at most this long before recalling lexically only.
+_float = env.float
 LLM_EMBEDDING_TIMEOUT_SECONDS: float = _strict(
-    env.float, "LLM_EMBEDDING_TIMEOUT_SECONDS", default=30.0
+    _float, "LLM_EMBEDDING_TIMEOUT_SECONDS", default=30.0
 )
 LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS: float = _strict(
-    env.float, "LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS", default=2.0
+    _float, "LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS", default=2.0
 )
 if LLM_EMBEDDING_MODEL and not LLM_EMBEDDING_BASE_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(
@@ -451,13 +445,10 @@ if CHAT_AUTO_TITLE not in ("model", "words", "off"):
         f"CHAT_AUTO_TITLE: expected model, words or off, got {CHAT_AUTO_TITLE!r}"
     )
 
-# Recall (chat/context/compose.py, chat/search/recall_auto.py). CHAT_CONTEXT_RECALL: before each
-# model call, the room the summary and the verbatim tail leave in the budget is filled with the
-# conversation's turns that best match the new message (no model call). The newest turns keep at
-# least CHAT_CONTEXT_RECALL_TAIL_PCT of the budget verbatim; recall takes from the rest, and what
-# it does not use goes back to the verbatim tail. CHAT_CONTEXT_RECALL_MAX_RUNES caps what recall
-# adds (0: no cap but the room). HISTORY_SEARCH_MAX_RUNES caps what one `history_search` call
-# returns to the model.
+# Recall (chat/context/compose.py, README "What the model is sent"): the budget's room left by
+# the summary and the newest CHAT_CONTEXT_RECALL_TAIL_PCT of verbatim turns holds the turns that
+# match the new message, at most CHAT_CONTEXT_RECALL_MAX_RUNES (0: the room).
+# HISTORY_SEARCH_MAX_RUNES caps what one `history_search` call returns to the model.
 CHAT_CONTEXT_RECALL: bool = _bool("CHAT_CONTEXT_RECALL", default=True)
 CHAT_CONTEXT_RECALL_TAIL_PCT: int = _int("CHAT_CONTEXT_RECALL_TAIL_PCT", default=30, minimum=1)
 if CHAT_CONTEXT_RECALL_TAIL_PCT > 100:

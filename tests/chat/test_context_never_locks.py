@@ -26,7 +26,7 @@ def runtime(settings, tmp_path):
 
 
 def test_the_summary_cap_scales_with_the_budget():
-    assert TINY.summary_cap_runes == 200  # an eighth of 1,500, at least 200
+    assert TINY.summary_cap_runes == 800  # room for the headings and a few facts
     assert ContextConfig(input_budget_runes=16_000).summary_cap_runes == 2000
     assert ContextConfig().summary_cap_runes == 6000
 
@@ -83,7 +83,9 @@ def test_an_imports_first_compaction_archives_its_backlog_for_recall(owner, fake
     assert state.backlog
     result = context_compact(session_id=session.pk, trigger="before_send")
     assert result.outcome == "committed", result
-    assert result.llm_calls <= 2  # was one per ~input cap over the whole history
+    # Two chunks of the newest turns, each with at most one retry of the guard; it was one
+    # call per input cap over the whole history.
+    assert result.llm_calls <= 4
     session.refresh_from_db()
     assert session.verbatim_since_message_id > fact.pk
     ChatMessage.objects.create(session=session, role=MessageRole.USER, content="vault PIN?")
