@@ -212,3 +212,18 @@ def test_no_mindlink_json_no_file(tmp_path):
     (tmp_path / "mindlink.json").mkdir()  # a directory of that name is not the file
     assert config_path_find(environ={}, cwd=tmp_path) is None
     assert config_path_find(environ={"CADAU_CONFIG": " /x.json "}, cwd=tmp_path) == "/x.json"
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5"])
+def test_a_bad_summary_timeout_stops_start_up(value):
+    done = _settings_in_child({"LLM_SUMMARY_TIMEOUT_SECONDS": value}, "1")
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: LLM_SUMMARY_TIMEOUT_SECONDS" in done.stderr
+
+
+def test_the_summary_timeout_defaults_to_three_minutes_and_is_read_from_the_environment():
+    assert _settings_in_child({}, "s.LLM_SUMMARY_TIMEOUT_SECONDS").stdout.split() == ["180.0"]
+    done = _settings_in_child(
+        {"LLM_SUMMARY_TIMEOUT_SECONDS": "600"}, "s.LLM_SUMMARY_TIMEOUT_SECONDS"
+    )
+    assert done.stdout.split() == ["600.0"]

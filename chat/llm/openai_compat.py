@@ -99,6 +99,7 @@ class OpenAICompatProvider:
         api_key: str = "",
         summary_model: str = "",
         timeout_seconds: float = 60.0,
+        summary_timeout_seconds: float | None = None,
         connect_timeout_seconds: float = 10.0,
         max_retries: int = 2,
         backoff_base_seconds: float = 0.5,
@@ -127,6 +128,10 @@ class OpenAICompatProvider:
         )
         # Many replies stream at once (one connection each); the default pool of 100 would make
         # the 101st wait for a pool slot and time out.
+        # `complete` (the summarising call) waits for a whole answer before its first byte: a
+        # small server writing a summary takes longer than any gap between a reply's tokens.
+        self._connect_timeout = connect_timeout_seconds
+        self.summary_timeout_seconds = summary_timeout_seconds or timeout_seconds
         self._limits = httpx.Limits(max_connections=1000, max_keepalive_connections=50)
         self._headers = {"Accept": "application/json", "User-Agent": "cadau"}
         if api_key:
@@ -209,7 +214,14 @@ class OpenAICompatProvider:
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         temperature: float | None = None,
+        timeout: float | None = None,
     ) -> Completion:
+        """`timeout`: seconds to wait for the answer; the summary timeout unless given."""
+        wait = httpx.Timeout(
+            timeout or self.summary_timeout_seconds,
+            connect=self._connect_timeout,
+            pool=self._connect_timeout,
+        )
         body = self._codec.body(
             messages=messages,
             model=model,
@@ -222,7 +234,10 @@ class OpenAICompatProvider:
         while True:
             try:
                 response = self._client.post(
-                    self._url, content=request_content(body), headers=self._json_headers
+                    self._url,
+                    content=request_content(body),
+                    headers=self._json_headers,
+                    timeout=wait,
                 )
                 if response.status_code != 200:
                     raise self._codec.error_from_response(
