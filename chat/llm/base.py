@@ -64,6 +64,11 @@ class EmptyReply(LLMError):
         self.finish = finish
 
 
+class Preempted(LLMError):
+    """Background work gave a one-slot server up to a reply (chat/llm/slots.py): not retried;
+    the work happens later."""
+
+
 class StreamInterrupted(LLMError):
     """The stream broke after tokens were already produced (partial text is in `partial`)."""
 
