@@ -10,7 +10,8 @@ from agentmemory import store
 from agentmemory.clock import agent_now
 from agentmemory.flush import NOTE_MESSAGE_MAX_RUNES, memory_flush_before_compaction, note_line
 from agentmemory.folders import agent_known
-from agentmemory.remember import remember_request
+from agentmemory.remember import remember_parse, remember_resolve
+from agentmemory.selectors import user_messages_recent
 from agentmemory.text import entry_title
 from chat import hooks
 from chat.hooks import PromptPart
@@ -78,7 +79,14 @@ def memory_remember_on_turn(
     agent = session.agent
     if agent is None or user_message is None:
         return []
-    fact = remember_request(user_message.content)
+    ask = remember_parse(user_message.content)
+    if ask is None:
+        return []
+    # "remember my name" / "remember that": what it points at, said before.
+    fact = remember_resolve(
+        ask,
+        earlier=lambda: user_messages_recent(session_id=session.pk, before_id=user_message.pk),
+    )
     if fact is None:
         return []
     try:

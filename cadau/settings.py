@@ -386,6 +386,16 @@ LLM_API_KEY: str = env.str("LLM_API_KEY", default="")
 LLM_MODEL: str = env.str("LLM_MODEL", default="")
 LLM_SUMMARY_MODEL: str = env.str("LLM_SUMMARY_MODEL", default="") or LLM_MODEL
 LLM_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_TIMEOUT_SECONDS", default=60.0)
+# Every summarising call (compaction, tool-loop checkpoints, titles, memory extraction) waits
+# this long for its answer instead: a whole summary is written before its first byte, and a small
+# CPU server takes minutes over one where a reply's next token takes seconds.
+LLM_SUMMARY_TIMEOUT_SECONDS: float = _strict(
+    env.float, "LLM_SUMMARY_TIMEOUT_SECONDS", default=180.0
+)
+if not LLM_SUMMARY_TIMEOUT_SECONDS > 0:
+    raise ImproperlyConfigured(
+        f"LLM_SUMMARY_TIMEOUT_SECONDS: must be > 0, got {LLM_SUMMARY_TIMEOUT_SECONDS}"
+    )
 LLM_CONNECT_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_CONNECT_TIMEOUT_SECONDS", default=10.0)
 LLM_MAX_RETRIES: int = _strict(env.int, "LLM_MAX_RETRIES", default=2)
 # First retry waits this long, doubling (with jitter) up to 8 s; Retry-After wins when small.

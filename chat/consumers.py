@@ -46,8 +46,8 @@ chat/events.py; events to "this socket only" are noted):
   field types; the socket stays open), the REST send's codes (`invalid`, `message_too_large`,
   `reply_in_progress`, `not_found`, and the limits' `throttled` and `too_many_replies`, which
   carry `retry_after`: seconds, as the REST API's Retry-After), `nothing_to_cancel`, and reply
-  failures broadcast to the group (`llm_stream_cut`, `llm_error`, `context_too_large`, followed
-  by `done` with the partial stored as `failed`).
+  failures broadcast to the group (`llm_stream_cut`, `llm_error`, `llm_empty_reply`,
+  `context_too_large`, followed by `done` with the partial stored as `failed`).
 
 Close codes after accept: 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
 for it (it can reconnect and resume); 4429 after an `error` with `retry_after` for a socket

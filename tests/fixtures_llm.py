@@ -50,6 +50,7 @@ def fake_llm(fake_llm_server: FakeLLMServer, settings) -> Iterator[FakeLLMServer
     # Short enough that a "hang" fault fails a test in about a second, long enough for a
     # loaded CI machine to stream a normal reply.
     settings.LLM_TIMEOUT_SECONDS = 1.0
+    settings.LLM_SUMMARY_TIMEOUT_SECONDS = 1.0
     settings.LLM_CONNECT_TIMEOUT_SECONDS = 1.0
     settings.LLM_MAX_RETRIES = 2
     settings.LLM_RETRY_BACKOFF_SECONDS = 0.01

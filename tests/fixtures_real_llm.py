@@ -79,6 +79,8 @@ def real_llm(real_llm_server: RealLLM, settings) -> Iterator[RealLLM]:
     settings.LLM_SUMMARY_MODEL = real_llm_server.model
     # A CPU model on a busy CI machine: minutes would be wrong, seconds too tight.
     settings.LLM_TIMEOUT_SECONDS = 60.0
+    # A summary is written whole before its first byte: minutes on a busy machine.
+    settings.LLM_SUMMARY_TIMEOUT_SECONDS = 300.0
     settings.LLM_CONNECT_TIMEOUT_SECONDS = 5.0
     settings.LLM_MAX_RETRIES = 2
     settings.LLM_RETRY_BACKOFF_SECONDS = 0.01

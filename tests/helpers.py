@@ -55,6 +55,7 @@ def window_forget() -> None:
         window._learned.clear()
         window._overflows.clear()
         window._factor.clear()
+        window._readings.clear()
         window._asked.clear()
 
 

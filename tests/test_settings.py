@@ -248,3 +248,18 @@ def test_embedding_settings_are_parsed_strictly(env, needle):
     done = _settings_in_child({"LLM_BASE_URL": "", **env}, "1")
     assert done.returncode != 0
     assert "ImproperlyConfigured" in done.stderr and needle in done.stderr
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5"])
+def test_a_bad_summary_timeout_stops_start_up(value):
+    done = _settings_in_child({"LLM_SUMMARY_TIMEOUT_SECONDS": value}, "1")
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: LLM_SUMMARY_TIMEOUT_SECONDS" in done.stderr
+
+
+def test_the_summary_timeout_defaults_to_three_minutes_and_is_read_from_the_environment():
+    assert _settings_in_child({}, "s.LLM_SUMMARY_TIMEOUT_SECONDS").stdout.split() == ["180.0"]
+    done = _settings_in_child(
+        {"LLM_SUMMARY_TIMEOUT_SECONDS": "600"}, "s.LLM_SUMMARY_TIMEOUT_SECONDS"
+    )
+    assert done.stdout.split() == ["600.0"]

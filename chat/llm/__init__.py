@@ -17,6 +17,7 @@ from chat.llm.base import (
     SUMMARY_MARKER,
     Completion,
     ContextLengthExceeded,
+    EmptyReply,
     EmptyStream,
     LLMError,
     LLMProvider,
@@ -34,6 +35,7 @@ __all__ = [
     "SUMMARY_MARKER",
     "Completion",
     "ContextLengthExceeded",
+    "EmptyReply",
     "EmptyStream",
     "LLMError",
     "LLMProvider",
@@ -61,6 +63,7 @@ def _config() -> tuple[Any, ...]:
         settings.LLM_MODEL,
         settings.LLM_SUMMARY_MODEL,
         settings.LLM_TIMEOUT_SECONDS,
+        settings.LLM_SUMMARY_TIMEOUT_SECONDS,
         settings.LLM_CONNECT_TIMEOUT_SECONDS,
         settings.LLM_MAX_RETRIES,
         # Not in settings.py; tests set it to keep retry tests fast.
@@ -69,7 +72,8 @@ def _config() -> tuple[Any, ...]:
 
 
 def _build(config: tuple[Any, ...]) -> LLMProvider:
-    base_url, api_key, model, summary_model, timeout, connect_timeout, retries, backoff = config
+    base_url, api_key, model, summary_model, timeout, summary_timeout, connect_timeout = config[:7]
+    retries, backoff = config[7:]
     if not base_url:
         return OfflineProvider()
     return OpenAICompatProvider(
@@ -78,6 +82,7 @@ def _build(config: tuple[Any, ...]) -> LLMProvider:
         model=model,
         summary_model=summary_model or model,
         timeout_seconds=float(timeout),
+        summary_timeout_seconds=float(summary_timeout),
         connect_timeout_seconds=float(connect_timeout),
         max_retries=int(retries),
         backoff_base_seconds=float(backoff),

@@ -5,7 +5,10 @@ Streaming yields `StreamEvent`s; the final event is always `kind="done"` carryin
 the assembled tool calls, the finish reason and usage when the provider reported it.
 One call of each kind, each in the flavour its caller needs: `complete` is sync because
 summaries run in sync service code (inside worker threads), `astream_chat` async because replies
-stream in async consumers; both share one request/response codec.
+stream in async consumers; both share one request/response codec. `complete` is the summarising
+call (summaries, checkpoints, titles, memory extraction): unless told otherwise it waits
+LLM_SUMMARY_TIMEOUT_SECONDS for an answer, where a reply's stream waits LLM_TIMEOUT_SECONDS for
+each token, since a whole summary is written before its first byte arrives.
 """
 
 from __future__ import annotations
@@ -47,6 +50,23 @@ class EmptyStream(LLMError):
     with a 400: docs/real-llm-notes.md), so a caller that just sent a large prompt should read
     it as the window being exceeded; it is still retried like any short stream, as it can
     also be a server restarting."""
+
+
+class EmptyReply(LLMError):
+    """The model ended its answer properly and said nothing: no text, no tool call.
+
+    Never a reply to store as complete. llama-cpp-python answers this way (`finish_reason`
+    "stop", no token) to a prompt that leaves the window no room: after a payload near the
+    window it is an overflow; otherwise a failed reply."""
+
+    def __init__(self, message: str, *, finish: dict[str, Any]):
+        super().__init__(message, retryable=False)
+        self.finish = finish
+
+
+class Preempted(LLMError):
+    """Background work gave a one-slot server up to a reply (chat/llm/slots.py): not retried;
+    the work happens later."""
 
 
 class StreamInterrupted(LLMError):
@@ -117,6 +137,7 @@ class LLMProvider(Protocol):
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         temperature: float | None = None,
+        timeout: float | None = None,
     ) -> Completion: ...
 
     def astream_chat(

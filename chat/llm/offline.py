@@ -266,6 +266,7 @@ class OfflineProvider:
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         temperature: float | None = None,
+        timeout: float | None = None,
         max_runes: int | None = None,
     ) -> Completion:
         """Summaries: extractive, capped by `max_runes`, else `max_tokens` * RUNES_PER_TOKEN,

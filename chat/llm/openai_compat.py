@@ -15,21 +15,25 @@ partial text instead.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
+import socket
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from chat.llm import slots
 from chat.llm.base import (
     Completion,
     LLMError,
     Message,
+    Preempted,
     StreamEvent,
     StreamInterrupted,
 )
@@ -99,6 +103,7 @@ class OpenAICompatProvider:
         api_key: str = "",
         summary_model: str = "",
         timeout_seconds: float = 60.0,
+        summary_timeout_seconds: float | None = None,
         connect_timeout_seconds: float = 10.0,
         max_retries: int = 2,
         backoff_base_seconds: float = 0.5,
@@ -127,6 +132,10 @@ class OpenAICompatProvider:
         )
         # Many replies stream at once (one connection each); the default pool of 100 would make
         # the 101st wait for a pool slot and time out.
+        # `complete` (the summarising call) waits for a whole answer before its first byte: a
+        # small server writing a summary takes longer than any gap between a reply's tokens.
+        self._connect_timeout = connect_timeout_seconds
+        self.summary_timeout_seconds = summary_timeout_seconds or timeout_seconds
         self._limits = httpx.Limits(max_connections=1000, max_keepalive_connections=50)
         self._headers = {"Accept": "application/json", "User-Agent": "cadau"}
         if api_key:
@@ -209,7 +218,14 @@ class OpenAICompatProvider:
         max_tokens: int | None = None,
         tools: list[dict[str, Any]] | None = None,
         temperature: float | None = None,
+        timeout: float | None = None,
     ) -> Completion:
+        """`timeout`: seconds to wait for the answer; the summary timeout unless given."""
+        wait = httpx.Timeout(
+            timeout or self.summary_timeout_seconds,
+            connect=self._connect_timeout,
+            pool=self._connect_timeout,
+        )
         body = self._codec.body(
             messages=messages,
             model=model,
@@ -218,11 +234,16 @@ class OpenAICompatProvider:
             tools=tools if self._send_tools else None,
             temperature=temperature,
         )
+        if slots.in_background():
+            return self._complete_yielding(body=body, wait=wait)
         attempt = 0
         while True:
             try:
                 response = self._client.post(
-                    self._url, content=request_content(body), headers=self._json_headers
+                    self._url,
+                    content=request_content(body),
+                    headers=self._json_headers,
+                    timeout=wait,
                 )
                 if response.status_code != 200:
                     raise self._codec.error_from_response(
@@ -244,6 +265,95 @@ class OpenAICompatProvider:
             _log_retry(attempt=attempt, delay=delay, err=err, url=self._url)
             time.sleep(delay)
             attempt += 1
+
+    def _complete_yielding(self, *, body: dict[str, Any], wait: httpx.Timeout) -> Completion:
+        """`complete` as background work on a one-slot server (chat/llm/slots.py): streamed,
+        so that it can give the server up the moment a reply needs it. Its socket is shut when
+        a reply starts in this process (a blocked read ends at once), and it looks for replies
+        in other processes between chunks; llama-cpp-python ends the stream by itself when the
+        reply's request arrives ([DONE] without a finish reason). Each is `Preempted`. Not
+        retried: a failure here is the background work's, which happens again later."""
+        body = {**body, "stream": True}
+        if self._send_stream_options:
+            body["stream_options"] = {"include_usage": True}
+        held: list[socket.socket] = []
+        gave_up = threading.Event()
+
+        def abort() -> None:
+            gave_up.set()
+            for sock in held:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        preempted = Preempted("a reply needs the one-slot model server: the summary gave it up")
+        with slots.yielding(abort) as reply_waiting:
+            if reply_waiting():
+                raise preempted
+            try:
+                state = self._stream_read(
+                    body=body, wait=wait, held=held, gave_up=gave_up, stop=reply_waiting
+                )
+            except httpx.HTTPError as exc:
+                if gave_up.is_set():
+                    raise preempted from exc
+                raise transport_error(exc) from exc
+            if isinstance(state, Completion):
+                return state
+            if gave_up.is_set() or reply_waiting() or (state.done and not state.finish_reason):
+                raise preempted
+        state.end_of_input()
+        if not state.complete:
+            raise self._codec.unfinished_stream(state)
+        final = state.final_event()
+        return Completion(
+            text=final.text,
+            tool_calls=final.tool_calls,
+            finish_reason=final.finish_reason,
+            usage=final.usage,
+            model=str(body.get("model") or ""),
+        )
+
+    def _stream_read(
+        self,
+        *,
+        body: dict[str, Any],
+        wait: httpx.Timeout,
+        held: list[socket.socket],
+        gave_up: threading.Event,
+        stop: Callable[[], bool],
+    ) -> _StreamState | Completion:
+        """One streamed call read to its end, or until `stop()` says so between chunks; its
+        socket goes into `held` as soon as the headers are in, for `abort` to shut."""
+        state, lines = _StreamState(), _SSELines()
+        with self._client.stream(
+            "POST",
+            self._url,
+            content=request_content(body),
+            headers=self._stream_headers(),
+            timeout=wait,
+        ) as response:
+            network = response.extensions.get("network_stream")
+            sock = network.get_extra_info("socket") if network is not None else None
+            if sock is not None:
+                held.append(sock)
+            if gave_up.is_set():
+                return state
+            if response.status_code != 200:
+                raise self._codec.error_from_response(
+                    status=response.status_code, raw=response.read(), headers=response.headers
+                )
+            if self._codec.is_json_response(response):
+                return self._codec.completion(
+                    raw=response.read(), requested_model=body.get("model", "")
+                )
+            for chunk in response.iter_raw():
+                for _ in state.deltas(lines.feed(chunk)):
+                    pass
+                if state.done or stop():
+                    return state
+            for _ in state.deltas(lines.close()):
+                pass
+        return state
 
     # --- streaming -----------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ import logging
 import time
 from typing import Any
 
+from django.conf import settings
+
 from chat.context import (
     context_budget_from_state,
     context_compact,
@@ -22,13 +24,18 @@ from chat.context.prompt import reply_model
 from chat.llm import get_provider, slots
 from chat.llm.base import (
     ContextLengthExceeded,
+    EmptyReply,
     EmptyStream,
     LLMError,
     Message,
     StreamInterrupted,
 )
 from chat.llm.window import (
+    tokens_estimate,
+    tokens_from_error,
+    tokens_learn,
     window_from_error,
+    window_learned_get,
     window_record_overflow,
     window_record_stated,
 )
@@ -56,6 +63,13 @@ logger = logging.getLogger("chat.reply")
 
 # Overflows recovered from in one reply: each learns a smaller window (docs/real-llm-notes.md).
 MAX_OVERFLOW_RETRIES = 3
+# An answer with nothing in it to a prompt this share of the window or more is an overflow:
+# llama-cpp-python answers a prompt that leaves it no room with an empty "stop" (at n_ctx 1024,
+# 3 of 8 sends mixing English and Chinese stored such empty replies as complete, issue 25). The
+# payload is built to leave the reply a quarter of the window by our estimate, which can be low
+# by half (Chinese against an English-taught estimate, a window learned too large); compaction
+# keeps it under two thirds of the window, so an answer to much less is not about room.
+NEAR_WINDOW_SHARE = 0.5
 
 
 async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult:
@@ -134,7 +148,7 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
     async def stream(
         *, messages: list[Message], message_id: int, tools: list[dict[str, Any]] | None
     ) -> tuple[str, dict[str, Any]]:
-        return await stream_round(
+        text, finish = await stream_round(
             gen=gen,
             provider=provider,
             messages=messages,
@@ -142,6 +156,12 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
             tools=tools,
             message_id=message_id,
         )
+        if not text.strip() and not finish.get("tool_calls"):
+            reason = finish.get("finish_reason")
+            raise EmptyReply(
+                f"the model answered with nothing (finish_reason {reason})", finish=finish
+            )
+        return text, finish
 
     while True:
         try:
@@ -155,6 +175,12 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
                 publish=gen.publish,
             )
         except (ContextLengthExceeded, EmptyStream) as exc:
+            failed = await _overflow_recover(gen, turn, rounds, attempt, model=named, exc=exc)
+            if failed is not None:
+                return failed
+        except EmptyReply as exc:
+            if not _near_window(attempt, model=named, finish=exc.finish):
+                return await _fail(gen, turn, rounds.reply, "", "llm_empty_reply", str(exc))
             failed = await _overflow_recover(gen, turn, rounds, attempt, model=named, exc=exc)
             if failed is not None:
                 return failed
@@ -205,6 +231,27 @@ async def _compact_first(gen: Generation, *, turn: Turn, attempt: Attempt) -> No
     await in_worker(attempt.rebuild)(state)
 
 
+def _near_window(attempt: Attempt, *, model: str, finish: dict[str, Any]) -> bool:
+    """Whether an empty answer to the attempt's payload reads as an overflow: the prompt took
+    most of a window known for the model (configured or learned), by the server's count when
+    it gave one. Not without a window: an empty "length" to a short prompt once taught a window
+    of 81 tokens; a server whose window is not known yet refuses a prompt over it outright
+    (EmptyStream, a 400), and that teaches the window."""
+    window = attempt.state.cfg.window_tokens or window_learned_get(model=model)
+    if not window or attempt.payload is None:
+        return False
+    reported = (finish.get("usage") or {}).get("prompt_tokens")
+    if isinstance(reported, int) and reported > 0:
+        prompt = reported
+    else:
+        prompt = tokens_estimate(_payload_text(attempt.payload.messages), model=model)
+    return prompt >= NEAR_WINDOW_SHARE * window
+
+
+def _payload_text(messages: list[Message]) -> str:
+    return "".join(str(m.get("content") or "") for m in messages)
+
+
 async def _overflow_recover(
     gen: Generation,
     turn: Turn,
@@ -223,8 +270,18 @@ async def _overflow_recover(
         return await _fail(gen, turn, rounds.reply, "", "context_too_large", str(exc))
     attempt.overflows += 1
     assert attempt.payload is not None
-    sent = "".join(str(m.get("content") or "") for m in attempt.payload.messages)
+    sent = _payload_text(attempt.payload.messages)
     stated = window_from_error(str(exc))
+    if stated is None and not isinstance(exc, ContextLengthExceeded):
+        # A stream that says nothing of the window: ask the same prompt unstreamed, which a
+        # llama.cpp-based server refuses with both figures, or answers with its usage.
+        exc = await in_worker(_overflow_probe)(
+            messages=attempt.payload.messages, model=model, sent=sent, exc=exc
+        )
+        stated = window_from_error(str(exc))
+    reported = tokens_from_error(str(exc))
+    if reported:  # the refusal counted the prompt: the tokenizer, learned exactly
+        tokens_learn(model=model, text=sent, reported=reported)
     learned = (
         window_record_stated(model=model, tokens=stated)
         if stated
@@ -255,6 +312,26 @@ async def _overflow_recover(
         f"(about {learned} tokens); shorten it or split it."
     )
     return await _fail(gen, turn, rounds.reply, "", "context_too_large", too_large, shown=too_large)
+
+
+def _overflow_probe(*, messages: list[Message], model: str, sent: str, exc: Exception) -> Exception:
+    """The prompt a stream overflowed on, sent once more without streaming for one token: the
+    refusal states the window and the prompt's tokens (llama-cpp-python streams neither, nor
+    any usage); an answer states the prompt's tokens in its usage. Either teaches the estimate
+    what this prompt really took. Returns the refusal, else `exc`."""
+    try:
+        answer = get_provider().complete(
+            messages=messages, model=model, max_tokens=1, timeout=settings.LLM_TIMEOUT_SECONDS
+        )
+    except ContextLengthExceeded as refused:
+        return refused
+    except LLMError as failed:  # the probe only informs: its failure changes nothing
+        logger.info("chat_reply_overflow_probe_failed error=%s", str(failed)[:200])
+        return exc
+    reported = answer.usage.prompt_tokens if answer.usage else None
+    if reported:
+        tokens_learn(model=model, text=sent, reported=reported)
+    return exc
 
 
 async def _complete(
@@ -307,6 +384,7 @@ FAILURE_MESSAGES = {
     "llm_error": "The model could not answer; try again in a moment.",
     "llm_stream_cut": "The model's answer was cut off; what arrived is kept.",
     "context_too_large": "This conversation is too large for the model, even compacted.",
+    "llm_empty_reply": "The model answered with nothing; try again in a moment.",
 }
 
 

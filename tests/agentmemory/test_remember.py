@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from agentmemory import store
 from agentmemory.hooks import MEMORY_PROMPT_HEADING
-from agentmemory.remember import remember_request
+from agentmemory.remember import remember_parse, remember_request, remember_resolve
 from tests.factories import AgentFactory, ChatSessionFactory
 from tests.helpers import memory_system_prompt, send_streaming
 
@@ -102,6 +102,77 @@ def test_remember_requests_are_detected(text, fact):
 @pytest.mark.parametrize("text", NOT_REQUESTS)
 def test_no_false_positives(text):
     assert remember_request(text) is None
+
+
+# (the user's earlier messages, newest first; the message asking; what is stored). A request
+# that only points at something ("my name", "that") stores what it points at (issue 25:
+# "remember my name" after "I am Marguerite Okonkwo-Hale" stored "my name.").
+REFERENCES = [
+    (["I am Marguerite Okonkwo-Hale"], "remember my name", "My name is Marguerite Okonkwo-Hale."),
+    ([], "I'm Jean de la Fontaine. Please remember my name.", "My name is Jean de la Fontaine."),
+    (["Hi! My name is Sam Lee, nice to meet you."], "Remember my name!", "My name is Sam Lee."),
+    (["call me Ada", "what is 2+2?"], "don't forget my name", "My name is Ada."),
+    (["我叫王芳。"], "请记住我的名字", "我的名字是王芳"),
+    (
+        ["My flight leaves at 8:15 on Friday.", "hello"],
+        "remember that",
+        "My flight leaves at 8:15 on Friday.",
+    ),
+    (
+        ["What time is it?", "The router password is swordfish."],
+        "remember it.",
+        "The router password is swordfish.",
+    ),
+    ([], "The staging DB is db-2. Remember this.", "The staging DB is db-2."),
+    (["项目代号是青鸟。"], "记住这个", "项目代号是青鸟。"),
+    (
+        ["By the way, my birthday is May 3. See you."],
+        "remember my birthday",
+        "By the way, my birthday is May 3.",
+    ),
+    (["我的生日是五月三号。"], "记住我的生日", "我的生日是五月三号。"),
+]
+
+
+@pytest.mark.parametrize(("earlier", "text", "fact"), REFERENCES)
+def test_a_request_that_points_at_what_was_said_stores_what_it_points_at(earlier, text, fact):
+    ask = remember_parse(text)
+    assert ask is not None
+    assert remember_resolve(ask, earlier=lambda: earlier) == fact
+
+
+def test_a_reference_that_finds_nothing_stores_nothing_and_a_fact_is_not_looked_up():
+    assert (
+        remember_resolve(remember_parse("remember my name"), earlier=lambda: ["I am tired"]) is None
+    )
+    assert remember_resolve(remember_parse("remember that"), earlier=lambda: ["what now?"]) is None
+    # A thing pointed at but never said is kept as said, as before.
+    assert remember_resolve(remember_parse("remember my shoe size"), earlier=list) == "my shoe size"
+
+    def never() -> list[str]:
+        raise AssertionError("a fact said outright needs no look-up")
+
+    assert remember_resolve(remember_parse("remember my cat is called Miso"), earlier=never) == (
+        "my cat is called Miso"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_remember_my_name_in_chat_stores_the_name(api, owner, fake_llm, runtime):
+    agent = AgentFactory(owner=owner, config_json={"tools": []})
+    session = ChatSessionFactory(owner=owner, agent=agent)
+    send_streaming(api, session, "I am Marguerite Okonkwo-Hale")
+    events = send_streaming(api, session, "remember my name")
+    memory = [e for e in events if e["type"] == "memory"]
+    assert [e["entry"]["content"] for e in memory] == ["My name is Marguerite Okonkwo-Hale."]
+    assert [e.content for e in store.entry_list(agent_id=agent.pk)] == [
+        "My name is Marguerite Okonkwo-Hale."
+    ]
+    # Only this session's own messages are looked in: a new one has no name to point at.
+    fresh = ChatSessionFactory(owner=owner, agent=agent)
+    events = send_streaming(api, fresh, "remember my name")
+    assert not [e for e in events if e["type"] == "memory"]
+    assert len(store.entry_list(agent_id=agent.pk)) == 1
 
 
 @pytest.mark.django_db(transaction=True)

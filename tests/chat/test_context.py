@@ -168,7 +168,7 @@ def test_summary_prefix_follows_the_language(fake_llm, small_budget, settings):
 def test_a_failed_summary_changes_nothing_and_the_payload_still_fits(
     fake_llm, small_budget, settings, fault, kwargs, outcome
 ):
-    settings.LLM_TIMEOUT_SECONDS = 1.0
+    settings.LLM_SUMMARY_TIMEOUT_SECONDS = 1.0
     session = _long_session(turns=14)
     before = list(ChatMessage.objects.order_by("id").values_list("id", "content"))
     fake_llm.fail_next(fault, target="summary", **kwargs)

@@ -158,7 +158,7 @@ def test_truncation_during_a_summarising_call_keeps_its_summary_out(owner, fake_
     from chat.services.sessions import message_truncate
 
     settings.CHAT_CONTEXT = SMALL
-    settings.LLM_TIMEOUT_SECONDS = 20.0
+    settings.LLM_SUMMARY_TIMEOUT_SECONDS = 20.0
     reset_provider()
     session = ChatSessionFactory.create(owner=owner)
     rows = make_conversation(session, turns=14, words=14)

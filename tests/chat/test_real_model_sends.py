@@ -105,3 +105,55 @@ def test_twenty_long_sends_past_the_models_window_all_complete(api, owner, real_
     session.refresh_from_db()
     assert session.context_summary
     assert ContextSnapshot.objects.filter(session=session, outcome="committed").exists()
+
+
+# A longer Chinese turn than CHINESE * 3: at SmolLM2's 2-3 tokens a character, ~200 characters
+# are ~500 tokens, half the window.
+CHINESE_LONG = (
+    "我的花园在城市的东边，南边的篱笆旁种着番茄，旧梯子上爬着豆子，厨房门口的三个花盆里长着香草。"
+    "每年春天我都会在四月初播种，夏天的时候每天早上浇一次水，秋天收获以后把种子晒干留到明年。"
+    "邻居王阿姨经常来帮忙，她教我用鸡蛋壳和咖啡渣做肥料，番茄因此长得又大又红。"
+)
+
+
+# A CPU model on a shared machine: a send that waits on a summary takes minutes here.
+@pytest.mark.timeout(3600)
+def test_eight_sends_mixing_long_english_and_chinese_turns_all_get_an_answer(
+    api, owner, real_llm, settings
+):
+    """Issue 25: at n_ctx 1024, eight sends mixing long English and Chinese turns stored 3
+    empty replies as complete (the trimmed payload still overflowed: Chinese costs SmolLM2 2-3
+    tokens a character against an estimate learned from English, and llama-cpp-python answers
+    a prompt that leaves no room with an empty "stop"). With one slot, as a small server is
+    run, and the default budget: every reply complete and non-empty."""
+    settings.LLM_SERVER_SLOTS = 1
+    session = ChatSessionFactory(owner=owner)
+    sends = []
+    for i in range(8):
+        if i % 4 == 0:
+            sends.append(ENGLISH * 4 + f"Question {i}: what grows by the fence?")
+        elif i % 4 == 1:
+            sends.append(CHINESE_LONG + f"问题 {i}：篱笆旁种了什么？")
+        elif i % 4 == 2:  # both in one turn
+            sends.append(ENGLISH * 2 + CHINESE_LONG[:100] + f" Question {i}: 番茄种在哪里？")
+        else:
+            sends.append(CHINESE_LONG * 2 + f"问题 {i}：邻居教了我什么？")
+    outcomes = []
+    for i, content in enumerate(sends):
+        if i % 2:
+            reply = send_streaming(api, session, content)[-1]["message"]
+        else:
+            r = api.post(
+                "/api/v1/chat/send", {"session_id": session.pk, "content": content}, format="json"
+            )
+            assert r.status_code == 200, r.content
+            reply = r.json()["assistant_message"]
+        outcomes.append(
+            (i, reply["status"], len(reply["content"].strip()), reply["metadata"].get("error_code"))
+        )
+        print("real_llm send", outcomes[-1], flush=True)  # the run's record under -s
+    complete = [o for o in outcomes if o[1] == MessageStatus.COMPLETE and o[2] > 0]
+    assert len(complete) == 8, outcomes
+    assert not ChatMessage.objects.filter(
+        session=session, role=MessageRole.ASSISTANT, status=MessageStatus.COMPLETE, content=""
+    ).exists()

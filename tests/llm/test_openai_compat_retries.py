@@ -179,3 +179,33 @@ def test_persistent_timeout_raises_a_retryable_error(fake_llm):
     assert info.value.retryable and "timed out" in str(info.value)
     assert 0.6 <= time.monotonic() - started < 5
     assert fake_llm.count() == 2
+
+
+def test_a_summary_waits_its_own_timeout_not_the_chat_one(fake_llm, settings):
+    """A small server writes a whole summary before its first byte: longer than the gap a
+    reply's tokens may leave (LLM_TIMEOUT_SECONDS), shorter than LLM_SUMMARY_TIMEOUT_SECONDS.
+    Issue 25: summary calls timed out under the 60 s chat timeout on SmolLM2."""
+    from chat.llm import get_provider
+
+    settings.LLM_TIMEOUT_SECONDS = 0.3
+    settings.LLM_SUMMARY_TIMEOUT_SECONDS = 5.0
+    settings.LLM_MAX_RETRIES = 0
+    fake_llm.fail_next("hang", seconds=1.0)
+    started = time.monotonic()
+    assert get_provider().complete(messages=USER_HI).text.startswith("Echo:")
+    assert 0.9 < time.monotonic() - started < 4.5
+    assert fake_llm.count() == 1  # answered, not timed out and retried
+    # Its own timeout still bounds it.
+    settings.LLM_SUMMARY_TIMEOUT_SECONDS = 0.3
+    fake_llm.fail_next("hang", seconds=2.0)
+    started = time.monotonic()
+    with pytest.raises(LLMError, match="(?i)timed? ?out"):
+        get_provider().complete(messages=USER_HI)
+    assert time.monotonic() - started < 1.5
+    # A caller that says how long to wait is obeyed (a probe made for a reply).
+    settings.LLM_SUMMARY_TIMEOUT_SECONDS = 5.0
+    fake_llm.fail_next("hang", seconds=2.0)
+    started = time.monotonic()
+    with pytest.raises(LLMError, match="(?i)timed? ?out"):
+        get_provider().complete(messages=USER_HI, timeout=0.3)
+    assert time.monotonic() - started < 1.5
