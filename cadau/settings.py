@@ -4,16 +4,17 @@ value stops start-up with ImproperlyConfigured naming the variable."""
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import zoneinfo
 from pathlib import Path
-from typing import Any
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from cadau.contextconfig import config_path_find, load_chat_context
+from cadau.envparse import env_bool, env_int, env_strict
 from cadau.rates import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -25,33 +26,10 @@ if _local_env.is_file():
     env.read_env(str(_local_env))
 
 
-def _strict(fn: Any, name: str, **kwargs: Any) -> Any:
-    """django-environ falls back silently on some malformed values; we want a named error."""
-    try:
-        return fn(name, **kwargs)
-    except (ValueError, TypeError) as exc:
-        raise ImproperlyConfigured(f"{name}: {exc}") from exc
-
-
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-
-
-def _bool(name: str, *, default: bool) -> bool:
-    """Strict: django-environ reads any unknown word ("maybe", "ture") as False."""
-    raw = env.str(name, default="").strip().lower()
-    if not raw:
-        return default
-    if raw in _TRUE | _FALSE:
-        return raw in _TRUE
-    raise ImproperlyConfigured(f"{name}: expected true or false, got {raw!r}")
-
-
-def _int(name: str, *, default: int, minimum: int = 0) -> int:
-    value: int = _strict(env.int, name, default=default)
-    if value < minimum:
-        raise ImproperlyConfigured(f"{name}: must be >= {minimum}, got {value}")
-    return value
+# The strict readers (cadau/envparse.py), bound to this environment.
+_strict = env_strict
+_bool = functools.partial(env_bool, env)
+_int = functools.partial(env_int, env)
 
 
 SECRET_KEY: str = env.str("SECRET_KEY", default="")
