@@ -181,22 +181,16 @@ def reply_finish(
     now = timezone.now()
     if status == MessageStatus.COMPLETE:
         merged = {**message.metadata, **(metadata or {})}
-        written = ChatMessage.objects.filter(pk=message.pk, status=MessageStatus.STREAMING).update(
-            content=content, status=status, metadata=merged, updated_at=now
-        )
+        # One transaction: a connection lost between the two writes (a database restart) left
+        # a complete reply in a session whose stamp never moved, and the caller, seeing an
+        # error, could not tell what was stored. No savepoint: nothing calls this inside a
+        # transaction but tests, where one would add two statements to count.
+        with transaction.atomic(savepoint=False):
+            written = ChatMessage.objects.filter(
+                pk=message.pk, status=MessageStatus.STREAMING
+            ).update(content=content, status=status, metadata=merged, updated_at=now)
+            unchanged = bool(written) and _session_stamp(session=session, now=now)
         if written:
-            same = ChatSession.objects.filter(
-                pk=session.pk, context_version=session.context_version
-            )
-            if session.agent is None:
-                same = same.filter(agent__isnull=True)
-            else:
-                same = same.filter(
-                    agent_id=session.agent.pk, agent__updated_at=session.agent.updated_at
-                )
-            unchanged = same.update(last_activity_at=now) == 1
-            if not unchanged:
-                ChatSession.objects.filter(pk=session.pk).update(last_activity_at=now)
             message.content, message.status, message.metadata = content, status, merged
             message.updated_at = now
             search_index_tidy()
@@ -211,6 +205,20 @@ def reply_finish(
         ChatSession.objects.filter(pk=row.session_id).update(last_activity_at=timezone.now())
     search_index_tidy()
     return ReplyFinished(message=row, context_unchanged=False)
+
+
+def _session_stamp(*, session: ChatSession, now: Any) -> bool:
+    """Stamp the session's last activity; True when its context version and agent are still
+    the ones `session` was read with."""
+    same = ChatSession.objects.filter(pk=session.pk, context_version=session.context_version)
+    if session.agent is None:
+        same = same.filter(agent__isnull=True)
+    else:
+        same = same.filter(agent_id=session.agent.pk, agent__updated_at=session.agent.updated_at)
+    unchanged = same.update(last_activity_at=now) == 1
+    if not unchanged:
+        ChatSession.objects.filter(pk=session.pk).update(last_activity_at=now)
+    return unchanged
 
 
 def streaming_sweep(
