@@ -427,6 +427,10 @@ HISTORY_SEARCH_MAX_RUNES: int = _int("HISTORY_SEARCH_MAX_RUNES", default=4000, m
 # A send that arrives while the session's previous reply is still generating waits this long
 # for it (a queue of one) before it is refused with `reply_in_progress`.
 CHAT_SEND_QUEUE_SECONDS: float = _strict(env.float, "CHAT_SEND_QUEUE_SECONDS", default=30.0)
+# A process generating replies renews a lease in the database every third of this; when it
+# lapses (the process was killed), its replies are failed and their sockets told, and the
+# sessions take sends again (chat/turn/lease.py). Longer than the event loop can stall.
+CHAT_REPLY_LEASE_SECONDS: int = _int("CHAT_REPLY_LEASE_SECONDS", default=6, minimum=2)
 # Replies one user may have generating at once, over all their sessions (0: no limit), and
 # WebSockets one user may hold open in one server process (0: no limit).
 CHAT_MAX_CONCURRENT_REPLIES: int = _int("CHAT_MAX_CONCURRENT_REPLIES", default=4)

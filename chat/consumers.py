@@ -87,7 +87,7 @@ from chat.services.sockets import (
 )
 from chat.shapes import error_event
 from chat.text import json_text_problem
-from chat.turn import reply_cancel, reply_resume, reply_watch, turn_open
+from chat.turn import reaper_ensure, reply_cancel, reply_resume, reply_watch, turn_open
 from chat.turn.registry import control_group
 from chat.workers import in_worker
 
@@ -155,6 +155,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self._subscribe(user_id=user.pk, session_key=session_key)
         await self.accept()
         self._open = True
+        # A reply whose process dies is failed, and this socket told, within seconds.
+        reaper_ensure()
         await self._resume()
 
     def _state_init(self) -> None:

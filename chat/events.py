@@ -157,6 +157,11 @@ def local_socket_remove(socket: LocalSocket) -> None:
             _local.pop(socket.session_id, None)
 
 
+def local_sockets_open() -> bool:
+    """Whether this process has a socket open on any session."""
+    return bool(_local)
+
+
 def event_publish_local(*, session_id: int, event: Event) -> None:
     """To this process's sockets only, from the event loop or any thread."""
     for socket in _local.get(session_id, ()):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -43,3 +45,26 @@ def test_the_application_is_loaded_whole_and_frozen_out_of_the_collectors_sight(
     assert views_loaded == "True"
     assert int(frozen) > 50_000
     assert int(tracked) < int(frozen) // 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_launcher_sweeps_replies_a_killed_process_left_before_serving(owner):
+    """`python -m cadau.serve` runs the crash sweep, as `make run` runs sweep_streaming."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    import cadau.serve
+    from chat.models import ChatMessage, MessageStatus
+    from tests.factories import ChatSessionFactory
+
+    session = ChatSessionFactory(owner=owner)
+    stuck = ChatMessage.objects.create(
+        session=session, role="assistant", content="half", status=MessageStatus.STREAMING
+    )
+    ChatMessage.objects.filter(pk=stuck.pk).update(
+        updated_at=timezone.now() - timedelta(minutes=10)
+    )
+    assert cadau.serve.startup_sweep() == 1
+    stuck.refresh_from_db()
+    assert stuck.status == MessageStatus.FAILED and stuck.content == "half"

@@ -45,6 +45,7 @@ from chat.turn.finish import (
     reply_result_failed,
     tokens_learn_from_usage,
 )
+from chat.turn.lease import lease_held
 from chat.turn.prepare import Attempt, turn_prepare
 from chat.turn.registry import Emit, Generation, generation_tracked
 from chat.turn.rows import Turn
@@ -78,7 +79,8 @@ async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult
     inner = asyncio.ensure_future(_generate(turn=turn, gen=gen, rounds=rounds))
     gen.task = inner
     slots.reply_started()
-    async with generation_tracked(gen=gen):
+    # The lease tells other processes this one is alive and generating (chat/turn/lease.py).
+    async with lease_held(), generation_tracked(gen=gen):
         try:
             return await inner
         except asyncio.CancelledError:
