@@ -77,6 +77,7 @@ from chat.events import (
     local_socket_remove,
     session_group,
 )
+from chat.layers import LinkedConsumer, layer_outage_seen
 from chat.selectors import session_for_user
 from chat.services.sockets import (
     SocketHandle,
@@ -86,8 +87,15 @@ from chat.services.sockets import (
     user_group,
 )
 from chat.shapes import error_event
-from chat.text import json_text_problem
-from chat.turn import reaper_ensure, reply_cancel, reply_resume, reply_watch, turn_open
+from chat.text import json_text_problem, utf8_length_over
+from chat.turn import (
+    reaper_ensure,
+    reply_cancel,
+    reply_ends,
+    reply_resume,
+    reply_watch,
+    turn_open,
+)
 from chat.turn.registry import control_group
 from chat.workers import in_worker
 
@@ -121,22 +129,11 @@ def _bad_request(message: str) -> dict[str, Any]:
     return error_event(code="bad_request", message=message)
 
 
-def _utf8_length_over(text: str, limit: int) -> bool:
-    """Whether `text` takes more than `limit` bytes as UTF-8 (what the client sent): a frame
-    of Chinese is three bytes a character. Encodes only frames that could be over."""
-    if len(text) > limit:
-        return True
-    if len(text) * 4 <= limit:
-        return False
-    return len(text.encode("utf-8", "surrogatepass")) > limit
-
-
-class ChatConsumer(AsyncJsonWebsocketConsumer):
+class ChatConsumer(LinkedConsumer, AsyncJsonWebsocketConsumer):
     session_id: int
     group: str
 
     async def connect(self) -> None:
-        self._state_init()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -213,14 +210,30 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.group = session_group(self.session_id)
         self._local = LocalSocket(session_id=self.session_id)
         local_socket_add(self._local)
-        await self.channel_layer.group_add(self.group, self.channel_name)
         if layer_is_shared(self.channel_layer):
             # Control messages, and revocations sent from other processes.
             self._control_groups = [control_group(self.session_id), user_group(user_id)]
             if session_key:
                 self._control_groups.append(login_group(session_key))
-            for group in self._control_groups:
-                await self.channel_layer.group_add(group, self.channel_name)
+        try:
+            await self._groups_join()
+        except Exception:
+            # The layer is down: this process's events still come (the outbox), and the
+            # link joins the groups once it answers again.
+            layer_outage_seen()
+            if self._link is not None:
+                self._link.lost = True
+
+    async def _groups_join(self) -> None:
+        for group in (self.group, *self._control_groups):
+            await self.channel_layer.group_add(group, self.channel_name)
+
+    async def _rejoin(self) -> None:
+        """The layer answers again after an outage: join the groups again (a restarted Redis
+        lost them), then catch up on what other processes published meanwhile."""
+        await self._groups_join()
+        if self._open:
+            await self._catch_up()
 
     async def _resume(self) -> None:
         """The reply being generated as the socket connects, as a `message` with its partial
@@ -253,18 +266,39 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.disconnect(message.get("code", 1000))
         raise StopConsumer()
 
-    async def disconnect(self, code: int) -> None:
+    async def _catch_up(self) -> None:
+        """Resynchronise from the database after events may have been lost: a reply this
+        socket was streaming that ended meanwhile gets its `done`; one still generating is
+        sent as it stands (a `message`), and its process asked for the text so far."""
+        ended = await reply_ends(session_id=self.session_id, message_ids=list(self._held))
+        for event in ended:
+            await self._forward(event)
+        resume = await reply_resume(session_id=self.session_id)
+        if resume is not None:
+            message = resume["message"]
+            self._held[message["id"]] = len(message["content"])
+            await self.send_json(resume)
+            await reply_watch(session_id=self.session_id)
+
+    def _bookkeeping_undo(self) -> None:
+        """What this process holds for the socket: its user's count, its outbox, its writer.
+        Idempotent; run at disconnect and whenever the consumer ends."""
         self._open = False
         if self._handle is not None:
             socket_unregister(self._handle)
+            self._handle = None
         if self._local is not None:
             local_socket_remove(self._local)
         if self._writer is not None:
             self._writer.cancel()
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-        for group in self._control_groups:
-            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def disconnect(self, code: int) -> None:
+        self._bookkeeping_undo()
+        try:
+            for group in (self.group, *self._control_groups) if self.group else ():
+                await self.channel_layer.group_discard(group, self.channel_name)
+        except Exception:  # the layer is down: its groups expire on their own
+            layer_outage_seen()
         await self._channel_receive_end()
         # A queued send is left running: the user pressed send, the turn is theirs, and a
         # retry with the same client_id finds it.
@@ -325,7 +359,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if text_data is None:
             await self.send_json(_bad_request("Frames must be JSON text."))
             return
-        if _utf8_length_over(text_data, settings.WS_MAX_FRAME_BYTES):
+        if utf8_length_over(text_data, settings.WS_MAX_FRAME_BYTES):
             await self.send_json(
                 _bad_request(f"The frame is over the limit of {settings.WS_MAX_FRAME_BYTES} bytes.")
             )

@@ -47,3 +47,13 @@ def json_text_problem(data: Any) -> str | None:
         elif isinstance(value, list):
             stack.extend((item, depth + 1, where) for item in value)
     return None
+
+
+def utf8_length_over(text: str, limit: int) -> bool:
+    """Whether `text` takes more than `limit` bytes as UTF-8 (what the client sent): a frame
+    of Chinese is three bytes a character. Encodes only frames that could be over."""
+    if len(text) > limit:
+        return True
+    if len(text) * 4 <= limit:
+        return False
+    return len(text.encode("utf-8", "surrogatepass")) > limit

@@ -20,7 +20,7 @@ Nothing here calls back up: the registry knows no generation, the generation no 
 
 from chat.turn.generate import ReplyResult
 from chat.turn.lease import reaper_ensure
-from chat.turn.registry import reply_cancel, reply_resume, reply_watch
+from chat.turn.registry import reply_cancel, reply_ends, reply_resume, reply_watch
 from chat.turn.replies import streaming_sweep
 from chat.turn.rows import Turn
 from chat.turn.service import TurnResult, TurnRun, turn_open, turn_regenerate, turn_send
@@ -32,6 +32,7 @@ __all__ = [
     "TurnRun",
     "reaper_ensure",
     "reply_cancel",
+    "reply_ends",
     "reply_resume",
     "reply_watch",
     "streaming_sweep",

@@ -29,8 +29,8 @@ from chat.events import (
     event_publish_local,
     layer_is_shared,
 )
-from chat.models import ChatMessage
-from chat.shapes import Event, delta_event, message_event, message_payload
+from chat.models import ChatMessage, MessageStatus
+from chat.shapes import Event, delta_event, done_event, message_event, message_payload
 from chat.workers import in_worker
 
 logger = logging.getLogger("chat.realtime")
@@ -281,6 +281,21 @@ async def reply_resume(*, session_id: int) -> Event | None:
     if message is None:
         return None
     return message_event(message=live_payload(message=message))
+
+
+def _final_rows(*, session_id: int, message_ids: list[int]) -> list[ChatMessage]:
+    rows = ChatMessage.objects.filter(session_id=session_id, pk__in=message_ids)
+    return list(rows.exclude(status=MessageStatus.STREAMING).order_by("id"))
+
+
+async def reply_ends(*, session_id: int, message_ids: list[int]) -> list[Event]:
+    """`done` for each of these replies of the session that is final now: for a socket that
+    may have missed it (a Redis outage, a message the layer dropped). Without a budget: the
+    next reply's `done` carries one."""
+    if not message_ids:
+        return []
+    rows = await in_worker(_final_rows)(session_id=session_id, message_ids=message_ids)
+    return [done_event(message=message_payload(row), context_budget=None) for row in rows]
 
 
 async def reply_watch(*, session_id: int) -> None:
