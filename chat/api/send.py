@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from cadau.deferred import DeferredResponse
-from chat.api.errors import exception_handler
+from chat.api.errors import UNAVAILABLE_ERRORS, exception_handler
 from chat.errors import ChatError
 from chat.selectors import session_for_user
 from chat.services.compaction import compaction_report, session_compact_now
@@ -122,7 +122,7 @@ def _defer(
     async def run() -> HttpResponseBase:
         try:
             return await then()
-        except (ChatError, APIException) as exc:
+        except (ChatError, APIException, *UNAVAILABLE_ERRORS) as exc:  # type: ignore[misc]
             response: HttpResponseBase = await in_worker(_error_render)(exc, request)
             return response
 
