@@ -193,6 +193,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channels: in-memory layer unless REDIS_URL is set ----------------------------------------
 REDIS_URL: str = env.str("REDIS_URL", default="")
 REDIS_PREFIX: str = env.str("REDIS_PREFIX", default="cadau")
+# Messages one process's sockets may have waiting in the layer (channels-redis `capacity`),
+# and how long a socket's group membership lasts without renewal (`group_expiry`).
+CHANNEL_LAYER_CAPACITY: int = _int("CHANNEL_LAYER_CAPACITY", default=20_000, minimum=100)
+CHANNEL_GROUP_EXPIRY_SECONDS: int = _int("CHANNEL_GROUP_EXPIRY_SECONDS", default=300, minimum=30)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -214,6 +218,14 @@ if REDIS_URL:
                     }
                 ],
                 "prefix": REDIS_PREFIX,
+                # channels-redis keeps one list per process for all its sockets and drops what
+                # passes `capacity` (default 100; logged at INFO only): 200 sockets watching
+                # replies of other processes lost events with no fault at all.
+                "capacity": CHANNEL_LAYER_CAPACITY,
+                # A socket's group membership lapses after this unless renewed; live sockets
+                # renew theirs every third of it (chat/layers.py), so a killed process's
+                # channels leave the groups in minutes, not the default day.
+                "group_expiry": CHANNEL_GROUP_EXPIRY_SECONDS,
             },
         }
     }

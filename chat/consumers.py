@@ -33,21 +33,18 @@ chat/events.py; events to "this socket only" are noted):
   already holds (after a resume, or a catch-up from another process) is cut off. `emitted_at`
   (optional metadata) is the LLM server's own emit time of the chunk when it reports one (the
   fake server's `x_emit_ts`); it lets a client measure the latency this server adds.
-- `{"type": "compaction", "state": "started" | "done" | "failed" | "skipped"}`; the end of one also
-  carries `outcome` (committed, skipped, busy, conflict, failed, rejected), `messages_rolled`
-  and `context_budget` (the budget afterwards).
-- `{"type": "tool_call", "message": message}`: an assistant message with `tool_calls` (a round of
-  the agent tool loop), and `{"type": "tool_result", "message": message}`: the stored `tool`
-  message answering one call (`tool_call_id`). Emitted through the rounds seam
-  (chat/turn/toolloop.py); this consumer forwards them like any other group event.
+- `compaction`, `tool_call`, `tool_result`, `title`, `memory`: forwarded like any other group
+  event (docs/api.md lists them).
 - `{"type": "done", "message": message, "context_budget": {...}}`: the stored reply, final
   status `complete`, `failed` or `cancelled`. To this socket only for a repeated client_id.
-- `{"type": "error", "code": str, "message": str}`: `bad_request` (not JSON, unknown type, wrong
-  field types; the socket stays open), the REST send's codes (`invalid`, `message_too_large`,
-  `reply_in_progress`, `not_found`, and the limits' `throttled` and `too_many_replies`, which
-  carry `retry_after`: seconds, as the REST API's Retry-After), `nothing_to_cancel`, and reply
-  failures broadcast to the group (`llm_stream_cut`, `llm_error`, `context_too_large`, followed
-  by `done` with the partial stored as `failed`).
+- `{"type": "error", "code": str, "message": str}`: `bad_request` (the socket stays open), the
+  REST send's codes (limits' carry `retry_after`), and reply failures broadcast to the group,
+  each followed by `done` with the partial stored as `failed` (docs/api.md).
+
+Lost events are not shown as wrong text: a delta past what this socket holds (a message the
+layer dropped) is held back and the generating process asked for the text so far; a reply
+this socket streams that goes quiet is checked against the database, and its `done` sent if
+it ended; after a Redis outage the socket catches up the same way (`_catch_up`).
 
 Close codes after accept: 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
 for it (it can reconnect and resume); 4429 after an `error` with `retry_after` for a socket
@@ -77,7 +74,7 @@ from chat.events import (
     local_socket_remove,
     session_group,
 )
-from chat.layers import LinkedConsumer, layer_outage_seen
+from chat.layers import LinkedConsumer, layer_outage_seen, memberships_drop, memberships_hold
 from chat.selectors import session_for_user
 from chat.services.sockets import (
     SocketHandle,
@@ -87,15 +84,9 @@ from chat.services.sockets import (
     user_group,
 )
 from chat.shapes import error_event
+from chat.socketsync import ReplySync
 from chat.text import json_text_problem, utf8_length_over
-from chat.turn import (
-    reaper_ensure,
-    reply_cancel,
-    reply_ends,
-    reply_resume,
-    reply_watch,
-    turn_open,
-)
+from chat.turn import reaper_ensure, reply_cancel, reply_resume, reply_watch, turn_open
 from chat.turn.registry import control_group
 from chat.workers import in_worker
 
@@ -129,7 +120,7 @@ def _bad_request(message: str) -> dict[str, Any]:
     return error_event(code="bad_request", message=message)
 
 
-class ChatConsumer(LinkedConsumer, AsyncJsonWebsocketConsumer):
+class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
     session_id: int
     group: str
 
@@ -168,9 +159,7 @@ class ChatConsumer(LinkedConsumer, AsyncJsonWebsocketConsumer):
         self._open = False
         self._local: LocalSocket | None = None
         self._writer: asyncio.Task[None] | None = None
-        # How much of each reply this socket has been sent (message id -> characters): a
-        # piece it already holds (resume, a catch-up from another process) is trimmed.
-        self._held: dict[int, int] = {}
+        self._sync_init()
         self._handle: SocketHandle | None = None
         self._closing: asyncio.Task[None] | None = None
         self._control_groups: list[str] = []
@@ -225,8 +214,11 @@ class ChatConsumer(LinkedConsumer, AsyncJsonWebsocketConsumer):
                 self._link.lost = True
 
     async def _groups_join(self) -> None:
-        for group in (self.group, *self._control_groups):
+        groups = (self.group, *self._control_groups)
+        for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
+        if layer_is_shared(self.channel_layer):
+            memberships_hold(layer=self.channel_layer, channel=self.channel_name, groups=groups)
 
     async def _rejoin(self) -> None:
         """The layer answers again after an outage: join the groups again (a restarted Redis
@@ -266,24 +258,13 @@ class ChatConsumer(LinkedConsumer, AsyncJsonWebsocketConsumer):
         await self.disconnect(message.get("code", 1000))
         raise StopConsumer()
 
-    async def _catch_up(self) -> None:
-        """Resynchronise from the database after events may have been lost: a reply this
-        socket was streaming that ended meanwhile gets its `done`; one still generating is
-        sent as it stands (a `message`), and its process asked for the text so far."""
-        ended = await reply_ends(session_id=self.session_id, message_ids=list(self._held))
-        for event in ended:
-            await self._forward(event)
-        resume = await reply_resume(session_id=self.session_id)
-        if resume is not None:
-            message = resume["message"]
-            self._held[message["id"]] = len(message["content"])
-            await self.send_json(resume)
-            await reply_watch(session_id=self.session_id)
-
     def _bookkeeping_undo(self) -> None:
         """What this process holds for the socket: its user's count, its outbox, its writer.
         Idempotent; run at disconnect and whenever the consumer ends."""
         self._open = False
+        self._sync_stop()
+        if getattr(self, "channel_name", None):
+            memberships_drop(channel=self.channel_name)
         if self._handle is not None:
             socket_unregister(self._handle)
             self._handle = None
@@ -466,31 +447,6 @@ class ChatConsumer(LinkedConsumer, AsyncJsonWebsocketConsumer):
                 self._revoke()
             return
         await super().dispatch(message)
-
-    async def _forward(self, event: dict[str, Any]) -> None:
-        """Send a session event to the client, less any part of a reply it already holds."""
-        kind = event.get("type")
-        if kind == "delta":
-            trimmed = self._unseen(event)
-            if trimmed is None:
-                return
-            event = trimmed
-        elif kind == "done":
-            self._held.pop(event.get("message", {}).get("id"), None)
-        await self._send_frame({"type": "websocket.send", "text": orjson.dumps(event).decode()})
-
-    def _unseen(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        message_id, offset, text = event.get("message_id"), event.get("offset"), event["text"]
-        if not isinstance(message_id, int) or not isinstance(offset, int):
-            return event
-        held = self._held.get(message_id, 0)
-        end = offset + len(text)
-        if end <= held:
-            return None
-        self._held[message_id] = end
-        if offset >= held:
-            return event
-        return {**event, "text": text[held - offset :], "offset": held}
 
     @classmethod
     async def encode_json(cls, content: Any) -> str:

@@ -21,6 +21,7 @@ from channels.exceptions import StopConsumer
 from channels.layers import InMemoryChannelLayer as _ChannelsInMemoryLayer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
+from django.conf import settings
 
 
 class InMemoryChannelLayer(_ChannelsInMemoryLayer):
@@ -100,6 +101,46 @@ class LayerLink:
                 self.lost = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
+
+
+# --- group memberships, renewed while the socket lives ------------------------------------------
+
+# channel -> (its layer, the groups it is in): this process's sockets' memberships.
+_memberships: dict[str, tuple[Any, tuple[str, ...]]] = {}
+_renewers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+
+
+def memberships_hold(*, layer: Any, channel: str, groups: tuple[str, ...]) -> None:
+    """Keep `channel` in `groups` for as long as it is held: channels-redis drops a member
+    after its `group_expiry` (set short, so a killed process's channels leave the groups), so
+    live ones join again every third of it."""
+    _memberships[channel] = (layer, groups)
+    loop = asyncio.get_running_loop()
+    task = _renewers.get(loop)
+    if task is None or task.done():
+        _renewers[loop] = asyncio.ensure_future(_memberships_renew(loop))
+
+
+def memberships_drop(*, channel: str) -> None:
+    _memberships.pop(channel, None)
+
+
+async def _memberships_renew(loop: asyncio.AbstractEventLoop) -> None:
+    try:
+        while _memberships:
+            await asyncio.sleep(settings.CHANNEL_GROUP_EXPIRY_SECONDS / 3)
+            for channel, (layer, groups) in list(_memberships.items()):
+                if channel not in _memberships:
+                    continue
+                try:
+                    for group in groups:
+                        await layer.group_add(group, channel)
+                except Exception:
+                    _Outage.seen()  # the sockets' links join again when it is back
+                    break
+    finally:
+        if _renewers.get(loop) is asyncio.current_task():
+            del _renewers[loop]
 
 
 class LinkedConsumer(AsyncConsumer):

@@ -283,19 +283,25 @@ async def reply_resume(*, session_id: int) -> Event | None:
     return message_event(message=live_payload(message=message))
 
 
-def _final_rows(*, session_id: int, message_ids: list[int]) -> list[ChatMessage]:
-    rows = ChatMessage.objects.filter(session_id=session_id, pk__in=message_ids)
-    return list(rows.exclude(status=MessageStatus.STREAMING).order_by("id"))
+def _rows_of(*, session_id: int, message_ids: list[int]) -> list[ChatMessage]:
+    return list(
+        ChatMessage.objects.filter(session_id=session_id, pk__in=message_ids).order_by("id")
+    )
 
 
-async def reply_ends(*, session_id: int, message_ids: list[int]) -> list[Event]:
-    """`done` for each of these replies of the session that is final now: for a socket that
-    may have missed it (a Redis outage, a message the layer dropped). Without a budget: the
-    next reply's `done` carries one."""
+async def reply_ends(*, session_id: int, message_ids: list[int]) -> tuple[list[Event], set[int]]:
+    """`done` for each of these replies of the session that is final now, and the ids of those
+    still streaming: for a socket that may have missed a `done` (a Redis outage, a message the
+    layer dropped). Without a budget: the next reply's `done` carries one."""
     if not message_ids:
-        return []
-    rows = await in_worker(_final_rows)(session_id=session_id, message_ids=message_ids)
-    return [done_event(message=message_payload(row), context_budget=None) for row in rows]
+        return [], set()
+    rows = await in_worker(_rows_of)(session_id=session_id, message_ids=message_ids)
+    ends = [
+        done_event(message=message_payload(row), context_budget=None)
+        for row in rows
+        if row.status != MessageStatus.STREAMING
+    ]
+    return ends, {row.pk for row in rows if row.status == MessageStatus.STREAMING}
 
 
 async def reply_watch(*, session_id: int) -> None:
