@@ -152,6 +152,7 @@ class Bench:
     async def fault(self, name: str, servers: list[ServerProcess], load: Load) -> dict[str, Any]:
         """Inject the scenario's fault; what it did and when."""
         info: dict[str, Any] = {"at": time.monotonic()}
+        load.fault_at = info["at"]
         if name == "kill9":
             victim = servers[0]
             os.kill(victim.proc.pid, signal.SIGKILL)
@@ -269,6 +270,23 @@ def _tally(
     return result
 
 
+METHOD = """How it counts. *sends*: distinct `client_id`s a sender tried (a send that got no
+answer is retried with the same `client_id`, on another process when its own is gone: the
+retries are not new sends); *acked*: those whose stored user message came back to the sender;
+*stored*/*dup*/*lost*: read from the database after the run (a duplicate is a `client_id`
+stored twice or a user message with two replies; lost: acknowledged, not stored). *replies*:
+the sessions' assistant rows after the run settled (*stuck*: still `streaming`). *no
+done/error*: sender streams that ended cleanly with neither (a connection cut by a killed
+process is not one: it is retried). *watcher no done*: replies final in the database of which
+the session's watcher (a socket on another process, reconnecting and catching up through the
+history API as the page does) never learned the end; *watcher wrong text*: a complete reply
+whose text, as the watcher's deltas built it, differs from the stored one. *refused*: a watcher
+refused by a live process after the fault (4429 or a failed handshake), or a burst socket that
+failed. *REST 503*: the honest answer while a dependency is down (`Retry-After`); a 500 is a
+bug. The PostgreSQL cluster (`initdb`) and the Redis server are the benchmark's own, on free
+ports, thrown away after; the shared 5432 / 6379 are never touched."""
+
+
 COLUMNS = (
     ("scenario", "scenario"),
     ("attempted", "sends"),
@@ -297,6 +315,8 @@ def report(results: list[dict[str, Any]], *, args: argparse.Namespace, command: 
     kill = [r.get("kill9_new_send_s") for r in results if r["scenario"] == "kill9"]
     return "\n".join(
         [
+            "## Faults: processes killed, Redis and PostgreSQL restarted, under load",
+            "",
             f"`{command}`: {args.faults_processes} server processes (Daphne on uvloop) on a "
             "PostgreSQL cluster and a Redis server of the benchmark's own, "
             f"{args.faults_users} users x {args.faults_sessions} sessions, per session a sender "
@@ -308,6 +328,8 @@ def report(results: list[dict[str, Any]], *, args: argparse.Namespace, command: 
             "",
             f"After kill -9, the killed process's sessions took a new send within: "
             f"{kill[0] if kill else 'n/a'} s.",
+            "",
+            METHOD,
         ]
     )
 

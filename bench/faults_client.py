@@ -59,6 +59,7 @@ class Load:
         self.alive = alive  # the ports of processes not killed
         self.counts = counts
         self.stop_at = 0.0
+        self.fault_at = 0.0
         self.faults_over = asyncio.Event()
 
     def _next_port(self, port: int) -> int:
@@ -69,7 +70,12 @@ class Load:
 
     async def sender(self, target: Target) -> None:
         n = 0
-        while time.monotonic() < self.stop_at:
+        sent_after_fault = False
+        # Past the end, one send started after the fault still goes: how long a session of a
+        # killed process takes to take a new one is measured on it.
+        while time.monotonic() < self.stop_at or (self.fault_at and not sent_after_fault):
+            if self.fault_at and time.monotonic() > self.fault_at:
+                sent_after_fault = True
             client_id = uuid.uuid4().hex
             content = f"fault-bench {target.session_id} {n} {client_id}"
             n += 1
@@ -88,6 +94,8 @@ class Load:
                 await asyncio.sleep(RETRY_SECONDS)
 
     def _ack(self, target: Target, client_id: str) -> None:
+        if client_id in self.counts.acknowledged:
+            return  # a retry's repeat: the send was taken before
         self.counts.acknowledged.add(client_id)
         self.counts.acks.setdefault(target.session_id, []).append(time.monotonic())
 
@@ -163,9 +171,15 @@ class Load:
                 "Origin": f"http://127.0.0.1:{port}",
             }
             try:
-                async with websockets.connect(
-                    url, additional_headers=headers, open_timeout=20
-                ) as ws:
+                ws = await websockets.connect(url, additional_headers=headers, open_timeout=20)
+            except Exception:
+                # Refused by a live process (4429 too_many_sockets, a failed handshake).
+                if self.faults_over.is_set():
+                    self.counts.refused += 1
+                await asyncio.sleep(0.5)
+                continue
+            try:
+                async with ws:
                     await self._catch_up(target, port)
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout_at(_loop_time_of(end)):
@@ -173,9 +187,8 @@ class Load:
                                 self._watched(json.loads(raw))
                     if ws.close_code == 4429:
                         self.counts.refused += 1
-            except Exception:
-                if self.faults_over.is_set():
-                    self.counts.refused += 1
+            except Exception:  # dropped (its process was killed): connect again
+                pass
             await asyncio.sleep(0.5)
 
     def _watched(self, event: dict[str, Any]) -> None:

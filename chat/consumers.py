@@ -46,7 +46,8 @@ layer dropped) is held back and the generating process asked for the text so far
 this socket streams that goes quiet is checked against the database, and its `done` sent if
 it ended; after a Redis outage the socket catches up the same way (`_catch_up`).
 
-Close codes after accept: 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
+Close codes after accept: 1012 when the channel layer (Redis) is back after an outage, so the
+client reconnects and catches up; 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
 for it (it can reconnect and resume); 4429 after an `error` with `retry_after` for a socket
 past CHAT_MAX_SOCKETS_PER_USER or a frame past WS_MAX_FRAMES_PER_MINUTE; 4401 when the login
 the socket was opened with ends (logout, password change, deactivation: chat/services/sockets.py).
@@ -64,6 +65,7 @@ import orjson
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from chat.errors import ChatError, NotFound
 from chat.events import (
@@ -104,6 +106,11 @@ CLOSE_TOO_SLOW = 4408
 # (WS_MAX_FRAMES_PER_MINUTE); an `error` event with `retry_after` comes first.
 CLOSE_TOO_MANY = 4429
 SOCKET_RETRY_SECONDS = 5
+# The channel layer came back after an outage: reconnect to catch up.
+CLOSE_RESYNC = 1012
+# The database does not answer (a restart): reconnect in a moment.
+CLOSE_TRY_LATER = 1013
+DB_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
 def _error_event(exc: ChatError) -> dict[str, Any]:
@@ -135,6 +142,9 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
             )
         except NotFound:
             await self.close(code=CLOSE_NOT_FOUND)
+            return
+        except DB_UNAVAILABLE:  # a database restarting: "try again later", no traceback
+            await self.close(code=CLOSE_TRY_LATER)
             return
         session_key = getattr(self.scope.get("session"), "session_key", None) or ""
         if not await self._register(user_id=user.pk, session_key=session_key):
@@ -222,10 +232,13 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
 
     async def _rejoin(self) -> None:
         """The layer answers again after an outage: join the groups again (a restarted Redis
-        lost them), then catch up on what other processes published meanwhile."""
+        lost them). Whole replies of other processes may have come and gone meanwhile, which
+        no `done` check can know of: the socket is closed (1012, "service restart") and the
+        client reconnects and catches up from the history, as after any reconnect."""
         await self._groups_join()
         if self._open:
             await self._catch_up()
+            await self.close(code=CLOSE_RESYNC)
 
     async def _resume(self) -> None:
         """The reply being generated as the socket connects, as a `message` with its partial
@@ -407,6 +420,14 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
             )
         except ChatError as exc:
             events = [_error_event(exc)]
+        except DB_UNAVAILABLE:
+            events = [
+                error_event(
+                    code="service_unavailable",
+                    message="The server cannot reach its database just now; send again shortly.",
+                    retry_after=SOCKET_RETRY_SECONDS,
+                )
+            ]
         else:
             # A repeat's report is this socket's alone; a new reply's events reach it through
             # the session's group, as they reach every socket of the session.

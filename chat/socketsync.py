@@ -16,6 +16,7 @@ show a wrong text or a reply that never ends. So, per socket (chat/consumers.py)
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -23,6 +24,8 @@ from typing import Any
 import orjson
 
 from chat.turn import reply_ends, reply_resume, reply_watch
+
+logger = logging.getLogger("chat.consumers")
 
 # A reply this socket streams that sent nothing for this long is checked in the database.
 QUIET_SECONDS = 3.0
@@ -103,7 +106,10 @@ class ReplySync:
         while self._held and self._open:
             await asyncio.sleep(QUIET_SECONDS)
             if self._held and time.monotonic() - self._last_event >= QUIET_SECONDS:
-                await self._ends_check()
+                try:
+                    await self._ends_check()
+                except Exception:  # the database is away: the next round asks again
+                    logger.debug("chat_socket_ends_check_failed", exc_info=True)
 
     async def _ends_check(self) -> None:
         """`done` for the replies this socket streams that ended (their `done` was lost);

@@ -27,6 +27,7 @@ from chat.events import (
     deltas_merged,
     event_publish_async,
     event_publish_local,
+    layer_failure_log,
     layer_is_shared,
 )
 from chat.models import ChatMessage, MessageStatus
@@ -220,7 +221,7 @@ async def generation_tracked(*, gen: Generation) -> AsyncIterator[Generation]:
                 )
             except Exception:
                 # Without the layer the reply still runs; only remote cancels cannot reach it.
-                logger.exception("chat_control_listen_failed session=%s", session_id)
+                layer_failure_log("chat_control_listen_failed", session=session_id)
         yield gen
     finally:
         with contextlib.suppress(BaseException):
@@ -254,7 +255,7 @@ async def _unlisten(gen: Generation, layer: Any) -> None:
     try:
         await layer.group_discard(control_group(gen.session_id), gen.channel)
     except Exception:
-        logger.exception("chat_control_unlisten_failed session=%s", gen.session_id)
+        layer_failure_log("chat_control_unlisten_failed", session=gen.session_id)
 
 
 # --- what sockets ask of a running reply -------------------------------------------------------
@@ -313,7 +314,7 @@ async def reply_watch(*, session_id: int) -> None:
     try:
         await layer.group_send(control_group(session_id), {"type": "chat.watch", "origin": ORIGIN})
     except Exception:
-        logger.exception("chat_watch_publish_failed session=%s", session_id)
+        layer_failure_log("chat_watch_publish_failed", session=session_id)
 
 
 async def reply_cancel(*, session_id: int) -> None:
@@ -332,5 +333,5 @@ async def reply_cancel(*, session_id: int) -> None:
     try:
         await layer.group_send(control_group(session_id), {"type": "chat.cancel"})
     except Exception as exc:
-        logger.exception("chat_cancel_publish_failed session=%s", session_id)
+        layer_failure_log("chat_cancel_publish_failed", session=session_id)
         raise CancelFailed("The cancel could not be sent.") from exc

@@ -12,6 +12,7 @@ import pytest
 from chat.layers import InMemoryChannelLayer, _Outage
 from chat.services import sockets
 from tests.chat.consumers.helpers import TIMEOUT
+from tests.chat.wsclient import closed_with
 from tests.chat.wsclient import until as _until
 from tests.chat.wsclient import ws_open as _open
 
@@ -65,6 +66,10 @@ async def test_a_socket_outlives_a_layer_outage_and_rejoins_its_group(
     while calls[0] < 8 and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(0.05)
     assert calls[0] >= 8  # the link kept trying, joined again and reads again
+    # Back: the client is asked to reconnect, and catch up on what it missed meanwhile.
+    code, _before = await closed_with(ws)
+    assert code == 1012
+    ws = await _open(session.pk, owner_cookie)
     fake_llm.script("still here")
     await ws.send_json_to({"type": "send", "content": "hello?"})
     assert (await _until(ws, "done"))[-1]["message"]["content"] == "still here"
