@@ -228,17 +228,26 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
         for group in groups:
             await self.channel_layer.group_add(group, self.channel_name)
         if layer_is_shared(self.channel_layer):
-            memberships_hold(layer=self.channel_layer, channel=self.channel_name, groups=groups)
+            memberships_hold(
+                layer=self.channel_layer,
+                channel=self.channel_name,
+                groups=groups,
+                on_back=self._layer_back,
+            )
 
     async def _rejoin(self) -> None:
-        """The layer answers again after an outage: join the groups again (a restarted Redis
-        lost them). Whole replies of other processes may have come and gone meanwhile, which
-        no `done` check can know of: the socket is closed (1012, "service restart") and the
-        client reconnects and catches up from the history, as after any reconnect."""
+        """This socket's link saw the layer fail and answer again: join the groups again (a
+        restarted Redis lost them), then `_layer_back`."""
         await self._groups_join()
-        if self._open:
-            await self._catch_up()
-            await self.close(code=CLOSE_RESYNC)
+        self._layer_back()
+
+    def _layer_back(self) -> None:
+        """The layer is back after an outage or a restart (chat/layers.py). Whole replies of
+        other processes may have come and gone meanwhile, which no `done` check can know of:
+        the socket is closed (1012, "service restart"), and the client reconnects and catches
+        up from the history, as after any reconnect."""
+        if self._open and self._closing is None:
+            self._closing = asyncio.ensure_future(self.close(code=CLOSE_RESYNC))
 
     async def _resume(self) -> None:
         """The reply being generated as the socket connects, as a `message` with its partial

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -105,39 +106,76 @@ class LayerLink:
 
 # --- group memberships, renewed while the socket lives ------------------------------------------
 
-# channel -> (its layer, the groups it is in): this process's sockets' memberships.
-_memberships: dict[str, tuple[Any, tuple[str, ...]]] = {}
+# channel -> (its layer, the groups it is in, what to do when the layer is back after an
+# outage): this process's sockets' memberships.
+_memberships: dict[str, tuple[Any, tuple[str, ...], Callable[[], None]]] = {}
 _renewers: dict[asyncio.AbstractEventLoop, asyncio.Task[None]] = {}
+# How often the layer is checked for a restart that lost the groups (a key of this process's
+# own that a restarted Redis no longer has) or an outage.
+CANARY_SECONDS = 2.0
+CANARY_KEY = "cadau-canary-" + uuid.uuid4().hex
 
 
-def memberships_hold(*, layer: Any, channel: str, groups: tuple[str, ...]) -> None:
+def memberships_hold(
+    *, layer: Any, channel: str, groups: tuple[str, ...], on_back: Callable[[], None]
+) -> None:
     """Keep `channel` in `groups` for as long as it is held: channels-redis drops a member
     after its `group_expiry` (set short, so a killed process's channels leave the groups), so
-    live ones join again every third of it."""
-    _memberships[channel] = (layer, groups)
+    live ones join again every third of it. When the layer comes back from an outage or a
+    restart (which loses every group) they join again at once, and `on_back` runs."""
+    _memberships[channel] = (layer, groups, on_back)
     loop = asyncio.get_running_loop()
     task = _renewers.get(loop)
     if task is None or task.done():
-        _renewers[loop] = asyncio.ensure_future(_memberships_renew(loop))
+        _renewers[loop] = asyncio.ensure_future(_memberships_renew(loop, layer))
 
 
 def memberships_drop(*, channel: str) -> None:
     _memberships.pop(channel, None)
 
 
-async def _memberships_renew(loop: asyncio.AbstractEventLoop) -> None:
+async def _rejoin_all(*, back: bool) -> None:
+    for channel, (layer, groups, on_back) in list(_memberships.items()):
+        if channel not in _memberships:
+            continue
+        for group in groups:
+            await layer.group_add(group, channel)
+        if back:
+            on_back()
+
+
+async def _canary_lost(layer: Any) -> bool:
+    """Whether the layer lost its data since the last look (a Redis restarted empty): this
+    process's own key is gone. Raises while the layer does not answer."""
+    connection = getattr(layer, "connection", None)
+    if connection is None:
+        return False
+    client = connection(0)
+    key = f"{getattr(layer, 'prefix', '')}{CANARY_KEY}"
+    existed = await client.exists(key)
+    await client.set(key, "1", ex=int(settings.CHANNEL_GROUP_EXPIRY_SECONDS))
+    return not existed
+
+
+async def _memberships_renew(loop: asyncio.AbstractEventLoop, layer: Any) -> None:
+    renew_every = settings.CHANNEL_GROUP_EXPIRY_SECONDS / 3
+    renewed = time.monotonic()
+    first = True
     try:
         while _memberships:
-            await asyncio.sleep(settings.CHANNEL_GROUP_EXPIRY_SECONDS / 3)
-            for channel, (layer, groups) in list(_memberships.items()):
-                if channel not in _memberships:
-                    continue
-                try:
-                    for group in groups:
-                        await layer.group_add(group, channel)
-                except Exception:
-                    _Outage.seen()  # the sockets' links join again when it is back
-                    break
+            await asyncio.sleep(min(CANARY_SECONDS, renew_every))
+            try:
+                lost = await _canary_lost(layer)
+                if _Outage.down or (lost and not first):
+                    _Outage.over()
+                    await _rejoin_all(back=True)
+                    renewed = time.monotonic()
+                elif time.monotonic() - renewed >= renew_every:
+                    await _rejoin_all(back=False)
+                    renewed = time.monotonic()
+                first = False
+            except Exception:
+                _Outage.seen()
     finally:
         if _renewers.get(loop) is asyncio.current_task():
             del _renewers[loop]

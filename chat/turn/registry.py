@@ -185,7 +185,11 @@ def _cancel_task(task: asyncio.Task[Any]) -> None:
 
 async def _listen(gen: Generation, layer: Any) -> None:
     while True:
-        message = await layer.receive(gen.channel)
+        try:
+            message = await layer.receive(gen.channel)
+        except Exception:  # the layer is down: the reply goes on, remote cancels cannot reach
+            layer_failure_log("chat_control_listen_lost", session=gen.session_id)
+            return
         kind = message.get("type")
         if kind == "chat.stop":
             return

@@ -93,7 +93,7 @@ async def test_live_sockets_renew_their_group_memberships(settings):
         async def group_add(self, group, channel):
             joined.append((group, channel))
 
-    memberships_hold(layer=Layer(), channel="c1", groups=("g1", "g2"))
+    memberships_hold(layer=Layer(), channel="c1", groups=("g1", "g2"), on_back=lambda: None)
     await asyncio.sleep(0.2)
     memberships_drop(channel="c1")
     assert joined[:2] == [("g1", "c1"), ("g2", "c1")]
@@ -101,3 +101,40 @@ async def test_live_sockets_renew_their_group_memberships(settings):
     count = len(joined)
     await asyncio.sleep(0.2)
     assert len(joined) == count  # dropped: no longer renewed
+
+
+async def test_a_redis_restart_that_lost_the_groups_rejoins_every_socket(settings, monkeypatch):
+    """A Redis restarted empty loses every group, and sockets blocked in their read never see
+    an error: the process notices its own key gone, joins every socket's groups again and
+    tells each (the consumer closes it with 1012 so the client catches up)."""
+    import asyncio
+
+    from chat import layers
+
+    monkeypatch.setattr(layers, "CANARY_SECONDS", 0.05)
+    keys: set[str] = set()
+    joined, told = [], []
+
+    class Client:
+        async def exists(self, key):
+            return key in keys
+
+        async def set(self, key, value, ex):
+            keys.add(key)
+
+    class Layer:
+        prefix = "p:"
+
+        def connection(self, index):
+            return Client()
+
+        async def group_add(self, group, channel):
+            joined.append(group)
+
+    memberships_hold(layer=Layer(), channel="c1", groups=("g1",), on_back=lambda: told.append(1))
+    await asyncio.sleep(0.2)
+    assert told == [] and joined == []  # the first look only plants the key
+    keys.clear()  # the restart
+    await asyncio.sleep(0.2)
+    memberships_drop(channel="c1")
+    assert told == [1] and joined == ["g1"]
