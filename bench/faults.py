@@ -110,9 +110,9 @@ class Bench:
         )
         self.llm.wait_ready(path="/v1/models")
 
-    def servers_start(self) -> list[ServerProcess]:
+    def servers_start(self, name: str) -> list[ServerProcess]:
         servers = [
-            ServerProcess.app(env=self.env, log_path=CACHE / f"faults-app-{i}.log")
+            ServerProcess.app(env=self.env, log_path=CACHE / f"faults-{name}-app-{i}.log")
             for i in range(self.args.faults_processes)
         ]
         for server in servers:
@@ -176,7 +176,7 @@ class Bench:
         return info
 
     async def scenario(self, name: str) -> dict[str, Any]:
-        servers = self.servers_start()
+        servers = self.servers_start(name)
         ports = [s.port for s in servers]
         try:
             targets = self.targets(ports)
@@ -238,7 +238,14 @@ def _tally(
         if to is not None:
             per_user_message[to] = per_user_message.get(to, 0) + 1
     final = [r for r in replies if r[3] in ("complete", "failed", "cancelled")]
-    missing_done = sum(1 for r in final if not counts.watched.get(r[0], {}).get("done"))
+    missing = [r for r in final if not counts.watched.get(r[0], {}).get("done")]
+    missing_done = len(missing)
+    for r in missing:
+        seen = counts.watched.get(r[0])
+        log(
+            f"faults: {name}: watcher of session {r[1]} never saw the end of reply {r[0]} "
+            f"({r[3]}, {len(r[4])} chars); it saw {len(seen['text']) if seen else 'nothing'}"
+        )
     mismatched = sum(1 for r in final if counts.watched.get(r[0], {}).get("mismatch"))
     result: dict[str, Any] = {
         "scenario": name,

@@ -206,7 +206,8 @@ class Load:
             seen = self.counts.watched.setdefault(message["id"], {"text": "", "done": False})
             if kind == "done" and seen["text"] and message.get("status") == "complete":
                 # What the deltas built must be the stored text (a lost piece is not).
-                seen["mismatch"] = seen["text"] != message["content"]
+                # Held back (a prefix) is not wrong: the text shown so far, then `done`'s.
+                seen["mismatch"] = not message["content"].startswith(seen["text"])
             seen["text"] = message["content"]
             if kind == "done" or message.get("status") != "streaming":
                 seen["done"] = True

@@ -46,7 +46,7 @@ layer dropped) is held back and the generating process asked for the text so far
 this socket streams that goes quiet is checked against the database, and its `done` sent if
 it ended; after a Redis outage the socket catches up the same way (`_catch_up`).
 
-Close codes after accept: 1012 when the channel layer (Redis) is back after an outage, so the
+Close codes after accept: 4012 when the channel layer (Redis) is back after an outage, so the
 client reconnects and catches up; 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
 for it (it can reconnect and resume); 4429 after an `error` with `retry_after` for a socket
 past CHAT_MAX_SOCKETS_PER_USER or a frame past WS_MAX_FRAMES_PER_MINUTE; 4401 when the login
@@ -107,9 +107,9 @@ CLOSE_TOO_SLOW = 4408
 CLOSE_TOO_MANY = 4429
 SOCKET_RETRY_SECONDS = 5
 # The channel layer came back after an outage: reconnect to catch up.
-CLOSE_RESYNC = 1012
-# The database does not answer (a restart): reconnect in a moment.
-CLOSE_TRY_LATER = 1013
+CLOSE_RESYNC = 4012
+# The database does not answer at connect (a restart): reconnect in a moment.
+CLOSE_TRY_LATER = 4013
 DB_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
@@ -244,8 +244,8 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
     def _layer_back(self) -> None:
         """The layer is back after an outage or a restart (chat/layers.py). Whole replies of
         other processes may have come and gone meanwhile, which no `done` check can know of:
-        the socket is closed (1012, "service restart"), and the client reconnects and catches
-        up from the history, as after any reconnect."""
+        the socket is closed (4012: ASGI servers allow only 1000 and 3000-4999), and the
+        client reconnects and catches up from the history, as after any reconnect."""
         if self._open and self._closing is None:
             self._closing = asyncio.ensure_future(self.close(code=CLOSE_RESYNC))
 

@@ -68,7 +68,7 @@ async def test_a_socket_outlives_a_layer_outage_and_rejoins_its_group(
     assert calls[0] >= 8  # the link kept trying, joined again and reads again
     # Back: the client is asked to reconnect, and catch up on what it missed meanwhile.
     code, _before = await closed_with(ws)
-    assert code == 1012
+    assert code == 4012
     ws = await _open(session.pk, owner_cookie)
     fake_llm.script("still here")
     await ws.send_json_to({"type": "send", "content": "hello?"})

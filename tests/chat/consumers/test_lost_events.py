@@ -106,7 +106,7 @@ async def test_live_sockets_renew_their_group_memberships(settings):
 async def test_a_redis_restart_that_lost_the_groups_rejoins_every_socket(settings, monkeypatch):
     """A Redis restarted empty loses every group, and sockets blocked in their read never see
     an error: the process notices its own key gone, joins every socket's groups again and
-    tells each (the consumer closes it with 1012 so the client catches up)."""
+    tells each (the consumer closes it with 4012 so the client catches up)."""
     import asyncio
 
     from chat import layers
