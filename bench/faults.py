@@ -285,7 +285,9 @@ answer is retried with the same `client_id`, on another process when its own is 
 retries are not new sends); *acked*: those whose stored user message came back to the sender;
 *stored*/*dup*/*lost*: read from the database after the run (a duplicate is a `client_id`
 stored twice or a user message with two replies; lost: acknowledged, not stored). *replies*:
-the sessions' assistant rows after the run settled (*stuck*: still `streaming`). *no
+the sessions' assistant rows after the run settled (*stuck*: still `streaming`). *failed*: replies
+stored `failed` (a killed process's, `interrupted`; in `llm`, every send while the model
+server was down fails at once with `llm_error`, and its sender sends the next one). *no
 done/error*: sender streams that ended cleanly with neither (a connection cut by a killed
 process is not one: it is retried). *watcher no done*: replies final in the database of which
 the session's watcher (a socket on another process, reconnecting and catching up through the
