@@ -6,8 +6,9 @@ assigned to `password`), when a user is deactivated, and when a browser session 
 Receivers: API tokens (cadau/tokens.py: a password change deletes them) and open WebSockets
 (chat/services/sockets.py: closed). Connected at start-up by cadau.apps.
 
-Arguments: `user_id`, `reason` ("password", "deactivated" or "logout") and, for a logout,
-`session_key` (only that browser session's sockets end)."""
+Arguments: `user_id`, `reason` ("password", "deactivated", "logout", or "token": the user's
+API key was revoked, cadau/tokens.py) and, for a logout, `session_key` (only that browser
+session's sockets end)."""
 
 from __future__ import annotations
 

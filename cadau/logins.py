@@ -31,7 +31,6 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.signals import user_logged_in, user_login_failed
-from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
@@ -77,7 +76,7 @@ def login_lockout_remaining(*, request: Any, username: object) -> int | None:
     pair = _pair(request, username)
     if pair is None or settings.LOGIN_FAILURE_LIMIT <= 0:
         return None
-    until = cache.get(_lock_key(pair))
+    until = limits.cache_call("get", _lock_key(pair))
     if until is None:
         return None
     left = float(until) - limits._now()
@@ -93,13 +92,13 @@ def login_failure_record(*, request: Any, username: object) -> None:
     failures = limits.counter_bump(key=f"login:fail:{pair}", timeout=period)
     if failures >= limit:
         # add(), not set(): attempts during a lockout do not extend it.
-        cache.add(_lock_key(pair), limits._now() + period, timeout=period + 1)
+        limits.cache_call("add", _lock_key(pair), limits._now() + period, timeout=period + 1)
 
 
 def login_success_record(*, request: Any, username: object) -> None:
     pair = _pair(request, username)
     if pair is not None:
-        cache.delete_many([f"login:fail:{pair}", _lock_key(pair)])
+        limits.cache_call("delete_many", [f"login:fail:{pair}", _lock_key(pair)])
 
 
 def login_attempt_wait(*, request: Any, username: object) -> tuple[int, str] | None:

@@ -173,6 +173,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channels: in-memory layer unless REDIS_URL is set ----------------------------------------
 REDIS_URL: str = env.str("REDIS_URL", default="")
 REDIS_PREFIX: str = env.str("REDIS_PREFIX", default="cadau")
+# Messages one process's sockets may have waiting in the layer (channels-redis `capacity`),
+# and how long a socket's group membership lasts without renewal (`group_expiry`).
+CHANNEL_LAYER_CAPACITY: int = _int("CHANNEL_LAYER_CAPACITY", default=20_000, minimum=100)
+CHANNEL_GROUP_EXPIRY_SECONDS: int = _int("CHANNEL_GROUP_EXPIRY_SECONDS", default=300, minimum=30)
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -194,6 +198,12 @@ if REDIS_URL:
                     }
                 ],
                 "prefix": REDIS_PREFIX,
+                # channels-redis drops what passes `capacity` (default 100, logged at INFO): 200
+                # sockets watching other processes' replies lost events with no fault at all.
+                # Live sockets renew their groups every third of `group_expiry` (chat/layers.py):
+                # a killed process's channels leave them in minutes, not the default day.
+                "capacity": CHANNEL_LAYER_CAPACITY,
+                "group_expiry": CHANNEL_GROUP_EXPIRY_SECONDS,
             },
         }
     }
@@ -364,9 +374,8 @@ LLM_API_KEY: str = env.str("LLM_API_KEY", default="")
 LLM_MODEL: str = env.str("LLM_MODEL", default="")
 LLM_SUMMARY_MODEL: str = env.str("LLM_SUMMARY_MODEL", default="") or LLM_MODEL
 LLM_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_TIMEOUT_SECONDS", default=60.0)
-# Every summarising call (compaction, tool-loop checkpoints, titles, memory extraction) waits
-# this long for its answer instead: a whole summary is written before its first byte, and a small
-# CPU server takes minutes over one where a reply's next token takes seconds.
+# Every summarising call (compaction, checkpoints, titles, memory) waits this long instead: a
+# summary is written whole before its first byte (minutes on a small CPU server).
 LLM_SUMMARY_TIMEOUT_SECONDS: float = _strict(
     env.float, "LLM_SUMMARY_TIMEOUT_SECONDS", default=180.0
 )
@@ -447,6 +456,9 @@ HISTORY_SEARCH_MAX_RUNES: int = _int("HISTORY_SEARCH_MAX_RUNES", default=4000, m
 # A send that arrives while the session's previous reply is still generating waits this long
 # for it (a queue of one) before it is refused with `reply_in_progress`.
 CHAT_SEND_QUEUE_SECONDS: float = _strict(env.float, "CHAT_SEND_QUEUE_SECONDS", default=30.0)
+# A generating process renews its lease every third of this; a lapsed one's replies are failed,
+# their sockets told, the sessions freed (chat/turn/lease.py). Longer than a loop stall.
+CHAT_REPLY_LEASE_SECONDS: int = _int("CHAT_REPLY_LEASE_SECONDS", default=6, minimum=2)
 # Replies one user may have generating at once, over all their sessions (0: no limit), and
 # WebSockets one user may hold open in one server process (0: no limit).
 CHAT_MAX_CONCURRENT_REPLIES: int = _int("CHAT_MAX_CONCURRENT_REPLIES", default=4)

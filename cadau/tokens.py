@@ -68,6 +68,9 @@ def token_revoke(*, user: AbstractBaseUser | AnonymousUser) -> int:
     if user.pk is None:
         return 0
     deleted, _ = Token.objects.filter(user_id=user.pk).delete()
+    if deleted:
+        # Event streams opened with the key end with it (chat/services/sockets.py).
+        credentials_revoked.send(sender=Token, user_id=user.pk, reason="token")
     return deleted
 
 

@@ -33,23 +33,21 @@ chat/events.py; events to "this socket only" are noted):
   already holds (after a resume, or a catch-up from another process) is cut off. `emitted_at`
   (optional metadata) is the LLM server's own emit time of the chunk when it reports one (the
   fake server's `x_emit_ts`); it lets a client measure the latency this server adds.
-- `{"type": "compaction", "state": "started" | "done" | "failed" | "skipped"}`; the end of one also
-  carries `outcome` (committed, skipped, busy, conflict, failed, rejected), `messages_rolled`
-  and `context_budget` (the budget afterwards).
-- `{"type": "tool_call", "message": message}`: an assistant message with `tool_calls` (a round of
-  the agent tool loop), and `{"type": "tool_result", "message": message}`: the stored `tool`
-  message answering one call (`tool_call_id`). Emitted through the rounds seam
-  (chat/turn/toolloop.py); this consumer forwards them like any other group event.
+- `compaction`, `tool_call`, `tool_result`, `title`, `memory`: forwarded like any other group
+  event (docs/api.md lists them).
 - `{"type": "done", "message": message, "context_budget": {...}}`: the stored reply, final
   status `complete`, `failed` or `cancelled`. To this socket only for a repeated client_id.
-- `{"type": "error", "code": str, "message": str}`: `bad_request` (not JSON, unknown type, wrong
-  field types; the socket stays open), the REST send's codes (`invalid`, `message_too_large`,
-  `reply_in_progress`, `not_found`, and the limits' `throttled` and `too_many_replies`, which
-  carry `retry_after`: seconds, as the REST API's Retry-After), `nothing_to_cancel`, and reply
-  failures broadcast to the group (`llm_stream_cut`, `llm_error`, `llm_empty_reply`,
-  `context_too_large`, followed by `done` with the partial stored as `failed`).
+- `{"type": "error", "code": str, "message": str}`: `bad_request` (the socket stays open), the
+  REST send's codes (limits' carry `retry_after`), and reply failures broadcast to the group,
+  each followed by `done` with the partial stored as `failed` (docs/api.md).
 
-Close codes after accept: 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
+Lost events are not shown as wrong text: a delta past what this socket holds (a message the
+layer dropped) is held back and the generating process asked for the text so far; a reply
+this socket streams that goes quiet is checked against the database, and its `done` sent if
+it ended; after a Redis outage the socket catches up the same way (`_catch_up`).
+
+Close codes after accept: 4012 when the channel layer (Redis) is back after an outage, so the
+client reconnects and catches up; 4408 when the client reads so slowly that OUTBOX_LIMIT events wait
 for it (it can reconnect and resume); 4429 after an `error` with `retry_after` for a socket
 past CHAT_MAX_SOCKETS_PER_USER or a frame past WS_MAX_FRAMES_PER_MINUTE; 4401 when the login
 the socket was opened with ends (logout, password change, deactivation: chat/services/sockets.py).
@@ -67,6 +65,7 @@ import orjson
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 
 from chat.errors import ChatError, NotFound
 from chat.events import (
@@ -77,6 +76,7 @@ from chat.events import (
     local_socket_remove,
     session_group,
 )
+from chat.layers import LinkedConsumer, layer_outage_seen, memberships_drop, memberships_hold
 from chat.selectors import session_for_user
 from chat.services.sockets import (
     SocketHandle,
@@ -86,8 +86,9 @@ from chat.services.sockets import (
     user_group,
 )
 from chat.shapes import error_event
-from chat.text import json_text_problem
-from chat.turn import reply_cancel, reply_resume, reply_watch, turn_open
+from chat.socketsync import ReplySync
+from chat.text import json_text_problem, utf8_length_over
+from chat.turn import reaper_ensure, reply_cancel, reply_resume, reply_watch, turn_open
 from chat.turn.registry import control_group
 from chat.workers import in_worker
 
@@ -105,6 +106,11 @@ CLOSE_TOO_SLOW = 4408
 # (WS_MAX_FRAMES_PER_MINUTE); an `error` event with `retry_after` comes first.
 CLOSE_TOO_MANY = 4429
 SOCKET_RETRY_SECONDS = 5
+# The channel layer came back after an outage: reconnect to catch up.
+CLOSE_RESYNC = 4012
+# The database does not answer at connect (a restart): reconnect in a moment.
+CLOSE_TRY_LATER = 4013
+DB_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
 def _error_event(exc: ChatError) -> dict[str, Any]:
@@ -121,22 +127,11 @@ def _bad_request(message: str) -> dict[str, Any]:
     return error_event(code="bad_request", message=message)
 
 
-def _utf8_length_over(text: str, limit: int) -> bool:
-    """Whether `text` takes more than `limit` bytes as UTF-8 (what the client sent): a frame
-    of Chinese is three bytes a character. Encodes only frames that could be over."""
-    if len(text) > limit:
-        return True
-    if len(text) * 4 <= limit:
-        return False
-    return len(text.encode("utf-8", "surrogatepass")) > limit
-
-
-class ChatConsumer(AsyncJsonWebsocketConsumer):
+class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
     session_id: int
     group: str
 
     async def connect(self) -> None:
-        self._state_init()
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -148,6 +143,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except NotFound:
             await self.close(code=CLOSE_NOT_FOUND)
             return
+        except DB_UNAVAILABLE:  # a database restarting: "try again later", no traceback
+            await self.close(code=CLOSE_TRY_LATER)
+            return
         session_key = getattr(self.scope.get("session"), "session_key", None) or ""
         if not await self._register(user_id=user.pk, session_key=session_key):
             return
@@ -155,6 +153,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self._subscribe(user_id=user.pk, session_key=session_key)
         await self.accept()
         self._open = True
+        # A reply whose process dies is failed, and this socket told, within seconds.
+        reaper_ensure()
         await self._resume()
 
     def _state_init(self) -> None:
@@ -169,9 +169,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self._open = False
         self._local: LocalSocket | None = None
         self._writer: asyncio.Task[None] | None = None
-        # How much of each reply this socket has been sent (message id -> characters): a
-        # piece it already holds (resume, a catch-up from another process) is trimmed.
-        self._held: dict[int, int] = {}
+        self._sync_init()
         self._handle: SocketHandle | None = None
         self._closing: asyncio.Task[None] | None = None
         self._control_groups: list[str] = []
@@ -214,14 +212,45 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.group = session_group(self.session_id)
         self._local = LocalSocket(session_id=self.session_id)
         local_socket_add(self._local)
-        await self.channel_layer.group_add(self.group, self.channel_name)
         if layer_is_shared(self.channel_layer):
             # Control messages, and revocations sent from other processes.
             self._control_groups = [control_group(self.session_id), user_group(user_id)]
             if session_key:
                 self._control_groups.append(login_group(session_key))
-            for group in self._control_groups:
-                await self.channel_layer.group_add(group, self.channel_name)
+        try:
+            await self._groups_join()
+        except Exception:
+            # The layer is down: this process's events still come (the outbox), and the
+            # link joins the groups once it answers again.
+            layer_outage_seen()
+            if self._link is not None:
+                self._link.lost = True
+
+    async def _groups_join(self) -> None:
+        groups = (self.group, *self._control_groups)
+        for group in groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        if layer_is_shared(self.channel_layer):
+            memberships_hold(
+                layer=self.channel_layer,
+                channel=self.channel_name,
+                groups=groups,
+                on_back=self._layer_back,
+            )
+
+    async def _rejoin(self) -> None:
+        """This socket's link saw the layer fail and answer again: join the groups again (a
+        restarted Redis lost them), then `_layer_back`."""
+        await self._groups_join()
+        self._layer_back()
+
+    def _layer_back(self) -> None:
+        """The layer is back after an outage or a restart (chat/layers.py). Whole replies of
+        other processes may have come and gone meanwhile, which no `done` check can know of:
+        the socket is closed (4012: ASGI servers allow only 1000 and 3000-4999), and the
+        client reconnects and catches up from the history, as after any reconnect."""
+        if self._open and self._closing is None:
+            self._closing = asyncio.ensure_future(self.close(code=CLOSE_RESYNC))
 
     async def _resume(self) -> None:
         """The reply being generated as the socket connects, as a `message` with its partial
@@ -254,18 +283,28 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.disconnect(message.get("code", 1000))
         raise StopConsumer()
 
-    async def disconnect(self, code: int) -> None:
+    def _bookkeeping_undo(self) -> None:
+        """What this process holds for the socket: its user's count, its outbox, its writer.
+        Idempotent; run at disconnect and whenever the consumer ends."""
         self._open = False
+        self._sync_stop()
+        if getattr(self, "channel_name", None):
+            memberships_drop(channel=self.channel_name)
         if self._handle is not None:
             socket_unregister(self._handle)
+            self._handle = None
         if self._local is not None:
             local_socket_remove(self._local)
         if self._writer is not None:
             self._writer.cancel()
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-        for group in self._control_groups:
-            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def disconnect(self, code: int) -> None:
+        self._bookkeeping_undo()
+        try:
+            for group in (self.group, *self._control_groups) if self.group else ():
+                await self.channel_layer.group_discard(group, self.channel_name)
+        except Exception:  # the layer is down: its groups expire on their own
+            layer_outage_seen()
         await self._channel_receive_end()
         # A queued send is left running: the user pressed send, the turn is theirs, and a
         # retry with the same client_id finds it.
@@ -336,7 +375,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if text_data is None:
             await self.send_json(_bad_request("Frames must be JSON text."))
             return
-        if _utf8_length_over(text_data, settings.WS_MAX_FRAME_BYTES):
+        if utf8_length_over(text_data, settings.WS_MAX_FRAME_BYTES):
             await self.send_json(
                 _bad_request(f"The frame is over the limit of {settings.WS_MAX_FRAME_BYTES} bytes.")
             )
@@ -403,6 +442,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             )
         except ChatError as exc:
             events = [_error_event(exc)]
+        except DB_UNAVAILABLE:
+            events = [
+                error_event(
+                    code="service_unavailable",
+                    message="The server cannot reach its database just now; send again shortly.",
+                    retry_after=SOCKET_RETRY_SECONDS,
+                )
+            ]
         else:
             # A repeat's report is this socket's alone; a new reply's events reach it through
             # the session's group, as they reach every socket of the session.
@@ -443,33 +490,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 self._revoke()
             return
         await super().dispatch(message)
-
-    async def _forward(self, event: dict[str, Any]) -> None:
-        """Send a session event to the client, less any part of a reply it already holds."""
-        if self._closed:
-            return
-        kind = event.get("type")
-        if kind == "delta":
-            trimmed = self._unseen(event)
-            if trimmed is None:
-                return
-            event = trimmed
-        elif kind == "done":
-            self._held.pop(event.get("message", {}).get("id"), None)
-        await self._send_frame({"type": "websocket.send", "text": orjson.dumps(event).decode()})
-
-    def _unseen(self, event: dict[str, Any]) -> dict[str, Any] | None:
-        message_id, offset, text = event.get("message_id"), event.get("offset"), event["text"]
-        if not isinstance(message_id, int) or not isinstance(offset, int):
-            return event
-        held = self._held.get(message_id, 0)
-        end = offset + len(text)
-        if end <= held:
-            return None
-        self._held[message_id] = end
-        if offset >= held:
-            return event
-        return {**event, "text": text[held - offset :], "offset": held}
 
     @classmethod
     async def encode_json(cls, content: Any) -> str:

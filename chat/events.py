@@ -27,6 +27,7 @@ import collections
 import contextlib
 import logging
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -43,6 +44,26 @@ ORIGIN = uuid.uuid4().hex[:16]
 # A socket whose client reads slower than events arrive is closed past this backlog (it can
 # reconnect and resume from the stored partial) instead of holding events without bound.
 OUTBOX_LIMIT = 2000
+
+
+# A failing layer (Redis down) is logged with its traceback once a minute, not once per
+# event: a reply publishes an event per token.
+LAYER_FAILURE_LOG_SECONDS = 60.0
+_layer_failure_logged: float | None = None
+
+
+def layer_failure_log(what: str, **context: Any) -> None:
+    """Log a failed channel-layer call from an `except` block: with its traceback once a
+    minute, the rest at debug."""
+    global _layer_failure_logged
+    now = time.monotonic()
+    detail = " ".join(f"{key}={value}" for key, value in context.items())
+    last = _layer_failure_logged
+    if last is None or now - last >= LAYER_FAILURE_LOG_SECONDS:
+        _layer_failure_logged = now
+        logger.exception("%s %s (further layer failures this minute at debug)", what, detail)
+    else:
+        logger.debug("%s %s", what, detail, exc_info=True)
 
 
 def session_group(session_id: int) -> str:
@@ -157,6 +178,11 @@ def local_socket_remove(socket: LocalSocket) -> None:
             _local.pop(socket.session_id, None)
 
 
+def local_sockets_open() -> bool:
+    """Whether this process has a socket open on any session."""
+    return bool(_local)
+
+
 def event_publish_local(*, session_id: int, event: Event) -> None:
     """To this process's sockets only, from the event loop or any thread."""
     for socket in _local.get(session_id, ()):
@@ -177,9 +203,7 @@ def event_publish_now(*, session_id: int, event: Event) -> None:
     try:
         async_to_sync(layer.group_send)(session_group(session_id), _envelope(event))
     except Exception:
-        logger.exception(
-            "chat_event_publish_failed session=%s type=%s", session_id, event.get("type")
-        )
+        layer_failure_log("chat_event_publish_failed", session=session_id, type=event.get("type"))
 
 
 def event_publish_on_commit(*, session_id: int, event: Event) -> None:
@@ -201,6 +225,4 @@ async def event_publish_async(
     try:
         await layer.group_send(session_group(session_id), _envelope(event))
     except Exception:
-        logger.exception(
-            "chat_event_publish_failed session=%s type=%s", session_id, event.get("type")
-        )
+        layer_failure_log("chat_event_publish_failed", session=session_id, type=event.get("type"))

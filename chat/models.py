@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
@@ -21,9 +21,40 @@ STALE_STREAMING_SECONDS = 120
 
 def reply_live_since(*, seconds: int = STALE_STREAMING_SECONDS) -> datetime:
     """The one rule for "is this reply being generated": `streaming`, with progress saved
-    since this moment. Everything that asks (a send's busy check, regenerate, truncate, a
-    socket's resume, a repeat's follow, the sweep) asks through it."""
+    since this moment, and not orphaned (`reply_orphaned`). Everything that asks (a send's
+    busy check, regenerate, truncate, a socket's resume, a repeat's follow, the sweep) asks
+    through it."""
     return timezone.now() - timedelta(seconds=seconds)
+
+
+def reply_orphaned() -> Q:
+    """A `streaming` row whose generating process is dead: that process's lease
+    (GeneratorLease) has expired, and the row saw no progress for as long. A process renews its
+    lease every few seconds while it generates anything (chat/turn/lease.py), so a killed
+    process's replies are known dead within CHAT_REPLY_LEASE_SECONDS, not
+    STALE_STREAMING_SECONDS. A row without a lease row (its process died before the first
+    renewal) falls back to the stale rule."""
+    now = timezone.now()
+    expired = GeneratorLease.objects.filter(process=OuterRef("generator"), expires_at__lt=now)
+    quiet_since = now - timedelta(seconds=settings.CHAT_REPLY_LEASE_SECONDS)
+    return Q(Q(updated_at__lt=quiet_since), Exists(expired))
+
+
+class GeneratorLease(models.Model):
+    """A server process that generates replies, alive until `expires_at`: renewed every few
+    seconds while it does (chat/turn/lease.py). What other processes go by to tell a reply
+    being generated from one whose process was killed."""
+
+    # chat.events.ORIGIN of the process: random per start, so a restarted process never
+    # renews the lease of the one it replaces.
+    process = models.CharField(max_length=32, primary_key=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "chat_generator_leases"
+
+    def __str__(self) -> str:
+        return f"{self.process} until {self.expires_at}"
 
 
 class Agent(models.Model):
@@ -134,13 +165,16 @@ EXCLUDED_FROM_MODEL = (MessageStatus.STREAMING, MessageStatus.FAILED)
 class ChatMessageQuerySet(models.QuerySet["ChatMessage"]):
     def replies_live(self) -> ChatMessageQuerySet:
         """Replies being generated now, in any process (reply_live_since)."""
-        return self.filter(status=MessageStatus.STREAMING, updated_at__gte=reply_live_since())
+        return self.filter(
+            status=MessageStatus.STREAMING, updated_at__gte=reply_live_since()
+        ).exclude(reply_orphaned())
 
     def replies_stale(self, *, seconds: int = STALE_STREAMING_SECONDS) -> ChatMessageQuerySet:
         """Replies left `streaming` by a process that died: the sweep fails them. `seconds`:
         an operator's own bound (sweep_streaming --older-than)."""
         return self.filter(
-            status=MessageStatus.STREAMING, updated_at__lt=reply_live_since(seconds=seconds)
+            Q(updated_at__lt=reply_live_since(seconds=seconds)) | reply_orphaned(),
+            status=MessageStatus.STREAMING,
         )
 
 
@@ -160,6 +194,10 @@ class ChatMessage(models.Model):
     tool_call_id = models.CharField(max_length=128, blank=True, default="")
     # Free-form extras: model name, usage figures, error text of a failed reply, agent events.
     metadata = models.JSONField(default=dict, blank=True)
+    # The process generating a `streaming` reply (GeneratorLease.process). NULL when none:
+    # a NOT NULL column would make SQLite rebuild the table, and the search index's view
+    # over it (migration 0006) with it.
+    generator = models.CharField(max_length=32, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -64,3 +64,13 @@ def ascii_int(value: Any) -> int | None:
     if isinstance(value, str) and _ASCII_INT.fullmatch(value):
         return int(value)
     return None
+
+
+def utf8_length_over(text: str, limit: int) -> bool:
+    """Whether `text` takes more than `limit` bytes as UTF-8 (what the client sent): a frame
+    of Chinese is three bytes a character. Encodes only frames that could be over."""
+    if len(text) > limit:
+        return True
+    if len(text) * 4 <= limit:
+        return False
+    return len(text.encode("utf-8", "surrogatepass")) > limit

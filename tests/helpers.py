@@ -38,6 +38,7 @@ async def replies_wait(*, timeout: float = 30.0) -> None:
 def limits_clear() -> None:
     """Forget every rate-limit counter and lockout. Only this app's keys: the Redis database
     may be shared with the channel layer."""
+    limits._fallback.clear()  # the counters of a spell without Redis
     backend = getattr(cache, "_cache", None)
     if backend is None or not hasattr(backend, "get_client"):
         cache.clear()  # local memory: this process's own store

@@ -355,3 +355,56 @@ def test_token_endpoint_form_encoded_and_wrong_type_bodies():
 def test_cache_in_tests_is_the_configured_one():
     expected = "RedisCache" if django_settings.REDIS_URL else "LocMemCache"
     assert type(caches["default"]).__name__ == expected
+
+
+# --- the shared cache (Redis) down -------------------------------------------------------------
+
+DEAD_REDIS = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # Nothing listens on port 1: every command is refused at once.
+        "LOCATION": "redis://127.0.0.1:1/0",
+    }
+}
+
+
+@pytest.fixture
+def shared_cache_down(settings, monkeypatch):
+    settings.CACHES = DEAD_REDIS
+    monkeypatch.setattr(limits, "_shared_down_until", 0.0)
+    monkeypatch.setattr(limits, "_shared_down", False)
+    yield
+    limits._fallback.clear()
+
+
+def test_with_redis_down_limits_count_per_process_and_say_so_once(
+    shared_cache_down, settings, clock, api, caplog, monkeypatch
+):
+    """A Redis outage answered every rate-limited request with a 500: the limits now count
+    in this process's memory, still answer 429 past the rate, and the log says it once."""
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "session_create": "3/min"}
+    for _ in range(3):
+        assert api.post(SESSIONS, {}, format="json").status_code == 201
+    _assert_429(api.post(SESSIONS, {}, format="json"))
+    # Past the pause between tries the shared cache is asked again, and fails again: still
+    # one line for the whole outage.
+    monkeypatch.setattr(limits, "_shared_down_until", 0.0)
+    _assert_429(api.post(SESSIONS, {}, format="json"))
+    said = [r for r in caplog.records if "limits_shared_cache_unavailable" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_with_redis_down_logins_and_their_lockout_still_answer(shared_cache_down, settings):
+    settings.LOGIN_FAILURE_LIMIT = 2
+    UserFactory(username="eve", password=PASSWORD)
+    for _ in range(2):
+        assert _token_post("eve", "wrong").status_code == 400
+    _assert_429(_token_post("eve", PASSWORD), code="login_locked")
+
+
+def test_when_redis_is_back_the_limits_are_shared_again(settings, monkeypatch, caplog):
+    monkeypatch.setattr(limits, "_shared_down_until", 0.0)
+    monkeypatch.setattr(limits, "_shared_down", True)
+    assert limits.counter_bump(key="limit:test:back", timeout=60) == 1
+    assert not limits._shared_down
+    assert any("limits_shared_cache_back" in r.getMessage() for r in caplog.records)

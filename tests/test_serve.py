@@ -185,3 +185,26 @@ async def test_a_frame_flood_is_closed_without_tracebacks(daphne, owner):
     await asyncio.sleep(2.0)
     log = daphne.log_path.read_text()
     assert "closed protocol" not in log and "Traceback" not in log, log[-3000:]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_launcher_sweeps_replies_a_killed_process_left_before_serving(owner):
+    """`python -m cadau.serve` runs the crash sweep, as `make run` runs sweep_streaming."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    import cadau.serve
+    from chat.models import ChatMessage, MessageStatus
+    from tests.factories import ChatSessionFactory
+
+    session = ChatSessionFactory(owner=owner)
+    stuck = ChatMessage.objects.create(
+        session=session, role="assistant", content="half", status=MessageStatus.STREAMING
+    )
+    ChatMessage.objects.filter(pk=stuck.pk).update(
+        updated_at=timezone.now() - timedelta(minutes=10)
+    )
+    assert cadau.serve.startup_sweep() == 1
+    stuck.refresh_from_db()
+    assert stuck.status == MessageStatus.FAILED and stuck.content == "half"

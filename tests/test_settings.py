@@ -90,6 +90,20 @@ def test_redis_pool_and_persistent_connections_defaults():
     assert done.stdout.split() == ["1000", "60", "True"]
 
 
+def test_the_redis_layer_holds_the_load_and_forgets_dead_channels():
+    """channels-redis's default capacity (100 messages a process) dropped group messages
+    under the documented load, and its group expiry (a day) kept dead processes' channels."""
+    done = _settings_in_child(
+        {"REDIS_URL": "redis://127.0.0.1:6379/0"},
+        "s.CHANNEL_LAYERS['default']['CONFIG']['capacity'], "
+        "s.CHANNEL_LAYERS['default']['CONFIG']['group_expiry']",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["20000", "300"]
+    low = _settings_in_child({"REDIS_URL": "redis://x:6379/0", "CHANNEL_LAYER_CAPACITY": "5"}, "1")
+    assert "ImproperlyConfigured: CHANNEL_LAYER_CAPACITY" in low.stderr
+
+
 def test_postgresql_gets_a_connection_pool_and_no_persistent_connections():
     done = _settings_in_child(
         {"DATABASE_URL": "postgres://u@127.0.0.1:5432/x", "DB_POOL_MAX_SIZE": "7"},
@@ -114,6 +128,9 @@ def test_postgresql_gets_a_connection_pool_and_no_persistent_connections():
         "DB_POOL_MAX_SIZE",
         "DB_POOL_TIMEOUT_SECONDS",
         "HTTP_THREADS",
+        "CHANNEL_LAYER_CAPACITY",
+        "CHANNEL_GROUP_EXPIRY_SECONDS",
+        "CHAT_REPLY_LEASE_SECONDS",
     ],
 )
 def test_bad_integer_settings_name_the_key(name):

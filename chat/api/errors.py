@@ -5,10 +5,13 @@ which HTTP status each deserves; views raise ApiError for what only they check (
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
+from redis import exceptions as redis_exceptions
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -22,6 +25,8 @@ from chat.errors import (
     Throttled,
     TooManyReplies,
 )
+
+logger = logging.getLogger("chat.api")
 
 # Domain errors that are not a plain 400. (NotFound is also Django's Http404: 404 below.)
 _STATUS: dict[type[ChatError], int] = {
@@ -72,7 +77,33 @@ def _status_of(exc: ChatError) -> int:
     return status.HTTP_400_BAD_REQUEST
 
 
+# A dependency that does not answer (PostgreSQL restarting, Redis down): the request may be
+# tried again in a moment, which a 500 does not say.
+UNAVAILABLE_ERRORS: tuple[type[Exception], ...] = (
+    OperationalError,
+    InterfaceError,
+    redis_exceptions.ConnectionError,
+    redis_exceptions.TimeoutError,
+)
+UNAVAILABLE_RETRY_SECONDS = 5
+
+
+def _unavailable(exc: Exception) -> Response:
+    logger.warning("api_dependency_unavailable error=%r", exc, exc_info=True)
+    response = Response(
+        error_body(
+            "service_unavailable",
+            "The server cannot reach its database or cache just now; try again shortly.",
+        ),
+        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+    )
+    response["Retry-After"] = str(UNAVAILABLE_RETRY_SECONDS)
+    return response
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        return _unavailable(exc)
     retry_after = exc.retry_after if isinstance(exc, ChatError) else None
     if isinstance(exc, ChatError) and not isinstance(exc, Http404):
         exc = ApiError(exc.message, code=exc.code, status_code=_status_of(exc))

@@ -7,6 +7,7 @@ in the history afterwards."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -16,19 +17,21 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
+from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import APIException
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from cadau.deferred import DeferredResponse
-from chat.api.errors import exception_handler
+from chat.api.errors import UNAVAILABLE_ERRORS, exception_handler
 from chat.api.fields import StrictCharField, id_field
 from chat.api.throttles import per_user
 from chat.errors import ChatError
 from chat.selectors import session_for_user
 from chat.services.compaction import compaction_report, session_compact_now
-from chat.shapes import Event
+from chat.services.sockets import SocketHandle, socket_unregister, stream_register
+from chat.shapes import Event, error_event
 from chat.turn import TurnResult, TurnRun, turn_regenerate, turn_send
 from chat.workers import in_worker, model_wait_run
 
@@ -75,16 +78,62 @@ def _sse(event: Event) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
 
 
-def _event_stream(run: TurnRun) -> StreamingHttpResponse:
+def _event_stream(request: HttpRequest, run: TurnRun) -> StreamingHttpResponse:
+    """The run's events as server-sent events, for as long as the credentials that opened the
+    stream hold: a logout, a password change, a deactivation or a revoked key ends it with an
+    `error` (chat/services/sockets.py), as it closes a socket. The reply goes on and is
+    stored."""
+    user: Any = request.user
+    auth = getattr(request, "auth", None)
+    token = auth.key if isinstance(auth, Token) else ""
+    login = "" if token else (getattr(request.session, "session_key", None) or "")
+
     async def body() -> AsyncIterator[bytes]:
-        async for event in run.events():
-            yield _sse(event)
+        ended = asyncio.Event()
+        handle = SocketHandle(
+            user_id=user.pk,
+            login=login,
+            loop=asyncio.get_running_loop(),
+            close=ended.set,
+            token=token,
+            password=user.password,
+            stream=True,
+        )
+        stream_register(handle)
+        events = run.events()
+        try:
+            while True:
+                event = await _next_unless(events, ended)
+                if event is None:
+                    break
+                yield _sse(event)
+        finally:
+            socket_unregister(handle)
+            await events.aclose()  # type: ignore[attr-defined]
+        if ended.is_set():
+            yield _sse(error_event(code="credentials_revoked", message=REVOKED_MESSAGE))
 
     response = StreamingHttpResponse(body(), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     # nginx must not buffer the stream (see README, "Running N processes").
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+REVOKED_MESSAGE = "Your login ended (logout, password change, or a revoked key)."
+
+
+async def _next_unless(events: AsyncIterator[Event], ended: asyncio.Event) -> Event | None:
+    """The next event, or None when the events are over or `ended` is set first."""
+    step = asyncio.ensure_future(anext(events, None))
+    stop = asyncio.ensure_future(ended.wait())
+    done, _ = await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
+    stop.cancel()
+    if step not in done:
+        step.cancel()
+        await asyncio.gather(step, return_exceptions=True)
+        return None
+    return step.result()
 
 
 def _json(body: dict[str, Any]) -> JsonResponse:
@@ -122,7 +171,7 @@ def _defer(
     async def run() -> HttpResponseBase:
         try:
             return await then()
-        except (ChatError, APIException) as exc:
+        except (ChatError, APIException, *UNAVAILABLE_ERRORS) as exc:  # type: ignore[misc]
             response: HttpResponseBase = await in_worker(_error_render)(exc, request)
             return response
 
@@ -139,11 +188,11 @@ def _render(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponse
 
         async def after_queue() -> HttpResponseBase:
             await run.ready()
-            return _event_stream(run) if stream else await _json_result(run)
+            return _event_stream(request, run) if stream else await _json_result(run)
 
         return _defer(request, after_queue)
     if stream:
-        return _event_stream(run)
+        return _event_stream(request, run)
     return _defer(request, lambda: _json_result(run))
 
 

@@ -12,13 +12,15 @@
          -> toolloop (+ checkpoint): the model rounds and the agent's tool calls
          -> stream:   one model call, streamed, its progress saved
       -> registry:  the replies running in this process, and how their events leave
+      -> lease:     this process's liveness, and the sweep of a dead process's replies
       -> chat.context (payload, compaction), chat.llm, chat.hooks (memory), chat.events
 
 Nothing here calls back up: the registry knows no generation, the generation no adapter.
 """
 
 from chat.turn.generate import ReplyResult
-from chat.turn.registry import reply_cancel, reply_resume, reply_watch
+from chat.turn.lease import reaper_ensure
+from chat.turn.registry import reply_cancel, reply_ends, reply_resume, reply_watch
 from chat.turn.replies import streaming_sweep
 from chat.turn.rows import Turn
 from chat.turn.service import TurnResult, TurnRun, turn_open, turn_regenerate, turn_send
@@ -28,7 +30,9 @@ __all__ = [
     "Turn",
     "TurnResult",
     "TurnRun",
+    "reaper_ensure",
     "reply_cancel",
+    "reply_ends",
     "reply_resume",
     "reply_watch",
     "streaming_sweep",

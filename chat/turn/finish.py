@@ -37,7 +37,7 @@ logger = logging.getLogger("chat.reply")
 class ReplyResult:
     message: ChatMessage
     # The session's budget once the reply is stored (what `done` carried).
-    context_budget: dict[str, Any]
+    context_budget: dict[str, Any] | None
 
 
 def tokens_learn_from_usage(

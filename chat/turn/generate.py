@@ -52,6 +52,7 @@ from chat.turn.finish import (
     reply_result_failed,
     tokens_learn_from_usage,
 )
+from chat.turn.lease import lease_held
 from chat.turn.prepare import Attempt, turn_prepare
 from chat.turn.registry import Emit, Generation, generation_tracked
 from chat.turn.rows import Turn
@@ -92,7 +93,8 @@ async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult
     inner = asyncio.ensure_future(_generate(turn=turn, gen=gen, rounds=rounds))
     gen.task = inner
     slots.reply_started()
-    async with generation_tracked(gen=gen):
+    # The lease tells other processes this one is alive and generating (chat/turn/lease.py).
+    async with lease_held(), generation_tracked(gen=gen):
         try:
             return await inner
         except asyncio.CancelledError:
@@ -108,6 +110,13 @@ async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult
             if current is not None and current.cancelling():
                 raise
             return result
+        except Exception as exc:
+            # Whatever failed (the database at the final write, a bug): the reply's streams
+            # still end, with `error` and `done`, never with silence.
+            if gen.finished is not None:  # past `done`: the after-reply work failed
+                logger.exception("chat_reply_after_done_failed session=%s", gen.session_id)
+                return gen.finished
+            return await _fail_unexpected(gen, turn, rounds.reply, exc)
         finally:
             gen.first_token_passed()  # a reply that ended without publishing anything
             slots.reply_ended()
@@ -378,6 +387,43 @@ async def _complete(
     return finished
 
 
+# Attempts at storing a reply failed by an unexpected error, and the waits between them: a
+# database restart takes a few seconds, and the streams wait for the stored row meanwhile.
+UNEXPECTED_STORE_WAITS = (0.0, 0.5, 1.0, 2.0, 4.0)
+
+
+async def _fail_unexpected(
+    gen: Generation, turn: Turn, reply: ChatMessage, exc: Exception
+) -> ReplyResult:
+    """The reply failed on something other than the model: stored `failed` with the text that
+    arrived (retried while the database comes back). When it cannot be stored, `done` carries
+    the row as it would have been stored; the row itself is left to the sweep."""
+    logger.error("chat_reply_failed_unexpectedly session=%s", gen.session_id, exc_info=exc)
+    code, message = "server_error", FAILURE_MESSAGES["server_error"]
+    gen.publish(error_event(code=code, message=message))
+    partial = "".join(gen.parts.get(reply.pk, ()))
+    metadata = {"error": message, "error_code": code, "error_detail": repr(exc)[:2000]}
+    for wait in UNEXPECTED_STORE_WAITS:
+        await asyncio.sleep(wait)
+        try:
+            result: ReplyResult = await in_worker(reply_result_failed)(
+                turn=turn,
+                reply=reply,
+                content=partial,
+                status=MessageStatus.FAILED,
+                metadata=metadata,
+            )
+            break
+        except Exception:
+            logger.warning("chat_reply_fail_store_retry session=%s", gen.session_id, exc_info=True)
+    else:
+        reply.content, reply.status = partial, MessageStatus.FAILED
+        reply.metadata = {**reply.metadata, **metadata}
+        result = ReplyResult(message=reply, context_budget=None)
+    _publish_done(gen, result)
+    return result
+
+
 # What a user is told when a reply fails. The model server's own words (its error body, a
 # host and port in a connection error) go to the log and to staff (metadata `error_detail`).
 FAILURE_MESSAGES = {
@@ -385,6 +431,7 @@ FAILURE_MESSAGES = {
     "llm_stream_cut": "The model's answer was cut off; what arrived is kept.",
     "context_too_large": "This conversation is too large for the model, even compacted.",
     "llm_empty_reply": "The model answered with nothing; try again in a moment.",
+    "server_error": "The server failed while finishing this reply; try again.",
 }
 
 

@@ -27,10 +27,11 @@ from chat.events import (
     deltas_merged,
     event_publish_async,
     event_publish_local,
+    layer_failure_log,
     layer_is_shared,
 )
-from chat.models import ChatMessage
-from chat.shapes import Event, delta_event, message_event, message_payload
+from chat.models import ChatMessage, MessageStatus
+from chat.shapes import Event, delta_event, done_event, message_event, message_payload
 from chat.workers import in_worker
 
 logger = logging.getLogger("chat.realtime")
@@ -184,7 +185,11 @@ def _cancel_task(task: asyncio.Task[Any]) -> None:
 
 async def _listen(gen: Generation, layer: Any) -> None:
     while True:
-        message = await layer.receive(gen.channel)
+        try:
+            message = await layer.receive(gen.channel)
+        except Exception:  # the layer is down: the reply goes on, remote cancels cannot reach
+            layer_failure_log("chat_control_listen_lost", session=gen.session_id)
+            return
         kind = message.get("type")
         if kind == "chat.stop":
             return
@@ -220,7 +225,7 @@ async def generation_tracked(*, gen: Generation) -> AsyncIterator[Generation]:
                 )
             except Exception:
                 # Without the layer the reply still runs; only remote cancels cannot reach it.
-                logger.exception("chat_control_listen_failed session=%s", session_id)
+                layer_failure_log("chat_control_listen_failed", session=session_id)
         yield gen
     finally:
         with contextlib.suppress(BaseException):
@@ -254,7 +259,7 @@ async def _unlisten(gen: Generation, layer: Any) -> None:
     try:
         await layer.group_discard(control_group(gen.session_id), gen.channel)
     except Exception:
-        logger.exception("chat_control_unlisten_failed session=%s", gen.session_id)
+        layer_failure_log("chat_control_unlisten_failed", session=gen.session_id)
 
 
 # --- what sockets ask of a running reply -------------------------------------------------------
@@ -283,6 +288,27 @@ async def reply_resume(*, session_id: int) -> Event | None:
     return message_event(message=live_payload(message=message))
 
 
+def _rows_of(*, session_id: int, message_ids: list[int]) -> list[ChatMessage]:
+    return list(
+        ChatMessage.objects.filter(session_id=session_id, pk__in=message_ids).order_by("id")
+    )
+
+
+async def reply_ends(*, session_id: int, message_ids: list[int]) -> tuple[list[Event], set[int]]:
+    """`done` for each of these replies of the session that is final now, and the ids of those
+    still streaming: for a socket that may have missed a `done` (a Redis outage, a message the
+    layer dropped). Without a budget: the next reply's `done` carries one."""
+    if not message_ids:
+        return [], set()
+    rows = await in_worker(_rows_of)(session_id=session_id, message_ids=message_ids)
+    ends = [
+        done_event(message=message_payload(row), context_budget=None)
+        for row in rows
+        if row.status != MessageStatus.STREAMING
+    ]
+    return ends, {row.pk for row in rows if row.status == MessageStatus.STREAMING}
+
+
 async def reply_watch(*, session_id: int) -> None:
     """A socket joined the session: tell a reply generating in another process to send its
     deltas through the layer (and the text so far). Nothing to do with one process."""
@@ -292,7 +318,7 @@ async def reply_watch(*, session_id: int) -> None:
     try:
         await layer.group_send(control_group(session_id), {"type": "chat.watch", "origin": ORIGIN})
     except Exception:
-        logger.exception("chat_watch_publish_failed session=%s", session_id)
+        layer_failure_log("chat_watch_publish_failed", session=session_id)
 
 
 async def reply_cancel(*, session_id: int) -> None:
@@ -311,5 +337,5 @@ async def reply_cancel(*, session_id: int) -> None:
     try:
         await layer.group_send(control_group(session_id), {"type": "chat.cancel"})
     except Exception as exc:
-        logger.exception("chat_cancel_publish_failed session=%s", session_id)
+        layer_failure_log("chat_cancel_publish_failed", session=session_id)
         raise CancelFailed("The cancel could not be sent.") from exc

@@ -15,7 +15,8 @@ by a restart.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,16 +24,22 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from chat.context import context_budget_from_db
 from chat.errors import ReplyInProgress, TooManyReplies
+from chat.events import ORIGIN, event_publish_now
 from chat.models import (
     STALE_STREAMING_SECONDS,
     ChatMessage,
     ChatSession,
+    GeneratorLease,
     MessageRole,
     MessageStatus,
     reply_live_since,
 )
 from chat.search.backends import search_index_tidy
+from chat.shapes import done_event, error_event, message_payload
+
+logger = logging.getLogger("chat.reply")
 
 # What a refusal for too many replies at once suggests: a reply takes seconds.
 REPLY_SLOT_RETRY_SECONDS = 5
@@ -54,17 +61,14 @@ def reply_busy_check(*, session: ChatSession) -> None:
         if cap
         else streaming.filter(session_id=session.pk)
     )
-    rows = list(streaming.only("id", "session_id", "updated_at", "metadata"))
-    fresh_since = reply_live_since()
+    rows = list(streaming.only("id", "session_id", "updated_at", "metadata", "generator"))
+    live = _live_rule(rows)
     own = [row for row in rows if row.session_id == session.pk]
-    # reply_live_since's rule, applied to the rows read once for all three checks.
-    if any(row.updated_at >= fresh_since for row in own):
+    if any(live(row) for row in own):
         raise _busy()
     for row in own:
         _reply_mark_interrupted(row)
-    elsewhere = sum(
-        1 for row in rows if row.session_id != session.pk and row.updated_at >= fresh_since
-    )
+    elsewhere = sum(1 for row in rows if row.session_id != session.pk and live(row))
     if cap and elsewhere >= cap:
         raise _too_many(elsewhere=elsewhere, cap=cap)
 
@@ -77,10 +81,65 @@ def _too_many(*, elsewhere: int, cap: int) -> TooManyReplies:
     )
 
 
+def _live_rule(rows: list[ChatMessage]) -> Callable[[ChatMessage], bool]:
+    """reply_live_since's rule and reply_orphaned's, applied to rows read once for all the
+    busy check's questions. The leases are read only when a row has been quiet for a lease,
+    which a live reply's progress saves rarely allow."""
+    fresh_since = reply_live_since()
+    quiet_since = reply_live_since(seconds=settings.CHAT_REPLY_LEASE_SECONDS)
+    quiet = {row.generator for row in rows if row.generator and row.updated_at < quiet_since}
+    expired = (
+        set(
+            GeneratorLease.objects.filter(
+                process__in=quiet, expires_at__lt=timezone.now()
+            ).values_list("process", flat=True)
+        )
+        if quiet
+        else set()
+    )
+
+    def live(row: ChatMessage) -> bool:
+        if row.updated_at < fresh_since:
+            return False
+        return not (row.updated_at < quiet_since and row.generator in expired)
+
+    return live
+
+
+# What a reply whose process died is stored with and what its sockets are told.
+INTERRUPTED_ERROR = "interrupted: the server stopped"
+INTERRUPTED_SHOWN = "The server generating this reply stopped; what arrived is kept."
+
+
 def _reply_mark_interrupted(message: ChatMessage) -> None:
-    message.status = MessageStatus.FAILED
-    message.metadata = {**message.metadata, "error": "interrupted: the server stopped"}
-    message.save(update_fields=["status", "metadata", "updated_at"])
+    """Fail a reply orphaned by its process (its text is the last progress save), guarded by
+    `streaming`, and tell the session's sockets in every process, after commit: `error`, then
+    `done` with the stored row."""
+    metadata = {**message.metadata, "error": INTERRUPTED_ERROR, "error_code": "interrupted"}
+    written = ChatMessage.objects.filter(pk=message.pk, status=MessageStatus.STREAMING).update(
+        status=MessageStatus.FAILED, metadata=metadata, updated_at=timezone.now()
+    )
+    if written:
+        transaction.on_commit(lambda: _interrupted_announce(message_id=message.pk))
+
+
+def _interrupted_announce(*, message_id: int) -> None:
+    message = ChatMessage.objects.filter(pk=message_id).first()
+    if message is None:
+        return
+    try:
+        budget: dict[str, Any] | None = context_budget_from_db(session_id=message.session_id)
+    except Exception:  # the budget is a nicety; the end of the reply is not
+        logger.exception("chat_interrupted_budget_failed message=%s", message_id)
+        budget = None
+    session_id = message.session_id
+    event_publish_now(
+        session_id=session_id, event=error_event(code="interrupted", message=INTERRUPTED_SHOWN)
+    )
+    event_publish_now(
+        session_id=session_id,
+        event=done_event(message=message_payload(message), context_budget=budget),
+    )
 
 
 def _busy() -> ReplyInProgress:
@@ -110,8 +169,11 @@ def reply_restart(*, session: ChatSession, reply: ChatMessage) -> ChatMessage:
                 raise _too_many(elsewhere=elsewhere, cap=cap)
         reply.content = ""
         reply.status = MessageStatus.STREAMING
-        reply.metadata = {k: v for k, v in reply.metadata.items() if k != "error"}
-        reply.save(update_fields=["content", "status", "metadata", "updated_at"])
+        reply.generator = ORIGIN
+        reply.metadata = {
+            k: v for k, v in reply.metadata.items() if k not in ("error", "error_code")
+        }
+        reply.save(update_fields=["content", "status", "generator", "metadata", "updated_at"])
     return reply
 
 
@@ -181,22 +243,16 @@ def reply_finish(
     now = timezone.now()
     if status == MessageStatus.COMPLETE:
         merged = {**message.metadata, **(metadata or {})}
-        written = ChatMessage.objects.filter(pk=message.pk, status=MessageStatus.STREAMING).update(
-            content=content, status=status, metadata=merged, updated_at=now
-        )
+        # One transaction: a connection lost between the two writes (a database restart) left
+        # a complete reply in a session whose stamp never moved, and the caller, seeing an
+        # error, could not tell what was stored. No savepoint: nothing calls this inside a
+        # transaction but tests, where one would add two statements to count.
+        with transaction.atomic(savepoint=False):
+            written = ChatMessage.objects.filter(
+                pk=message.pk, status=MessageStatus.STREAMING
+            ).update(content=content, status=status, metadata=merged, updated_at=now)
+            unchanged = bool(written) and _session_stamp(session=session, now=now)
         if written:
-            same = ChatSession.objects.filter(
-                pk=session.pk, context_version=session.context_version
-            )
-            if session.agent is None:
-                same = same.filter(agent__isnull=True)
-            else:
-                same = same.filter(
-                    agent_id=session.agent.pk, agent__updated_at=session.agent.updated_at
-                )
-            unchanged = same.update(last_activity_at=now) == 1
-            if not unchanged:
-                ChatSession.objects.filter(pk=session.pk).update(last_activity_at=now)
             message.content, message.status, message.metadata = content, status, merged
             message.updated_at = now
             search_index_tidy()
@@ -211,6 +267,20 @@ def reply_finish(
         ChatSession.objects.filter(pk=row.session_id).update(last_activity_at=timezone.now())
     search_index_tidy()
     return ReplyFinished(message=row, context_unchanged=False)
+
+
+def _session_stamp(*, session: ChatSession, now: Any) -> bool:
+    """Stamp the session's last activity; True when its context version and agent are still
+    the ones `session` was read with."""
+    same = ChatSession.objects.filter(pk=session.pk, context_version=session.context_version)
+    if session.agent is None:
+        same = same.filter(agent__isnull=True)
+    else:
+        same = same.filter(agent_id=session.agent.pk, agent__updated_at=session.agent.updated_at)
+    unchanged = same.update(last_activity_at=now) == 1
+    if not unchanged:
+        ChatSession.objects.filter(pk=session.pk).update(last_activity_at=now)
+    return unchanged
 
 
 def streaming_sweep(
@@ -292,6 +362,7 @@ def reply_round_next(
             role=MessageRole.ASSISTANT,
             content="",
             status=MessageStatus.STREAMING,
+            generator=ORIGIN,
             metadata={"reply_to": reply_to, "tool_round": tool_round + 1},
             created_at=now,
         )

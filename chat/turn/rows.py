@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from chat.context import ContextState, Payload, SendCompaction, SystemPrompt
 from chat.errors import NotFound
-from chat.events import event_publish_on_commit
+from chat.events import ORIGIN, event_publish_on_commit
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.queries import message_rows
 from chat.shapes import message_event, message_payload
@@ -149,6 +149,8 @@ def turn_store(*, send: SendRequest, abandoned: Callable[[], bool] | None = None
             role=MessageRole.ASSISTANT,
             content="",
             status=MessageStatus.STREAMING,
+            # Whose lease says whether it is still being generated (chat/turn/lease.py).
+            generator=ORIGIN,
             metadata={"reply_to": user_message.pk},
             created_at=now,
         )

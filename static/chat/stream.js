@@ -375,9 +375,18 @@ export class Stream {
       m.content = "";
       delete m.content_html;
     }
+    // A piece that starts past the text held means one was lost on the way: the stored row,
+    // not a text with a hole, until the stream catches up (the server resends the text).
+    if (Number.isInteger(event.offset) && event.offset > m.content.length) {
+      if (!m.resyncing) {
+        m.resyncing = true;
+        this.#view.fetchRendered(m.id).finally(() => { m.resyncing = false; });
+      }
+      return;
+    }
     // `offset` places the piece in the reply: a piece seen twice (resume, two transports)
     // overwrites itself instead of doubling the text.
-    if (Number.isInteger(event.offset) && event.offset <= m.content.length) {
+    if (Number.isInteger(event.offset)) {
       if (event.offset + event.text.length > m.content.length) {
         m.content = m.content.slice(0, event.offset) + event.text;
       }

@@ -346,3 +346,41 @@ def test_a_queued_send_given_up_during_its_trip_stores_nothing(owner):
     assert not ChatMessage.objects.filter(session=session).exists()
     session.refresh_from_db()
     assert session.message_count == 0
+
+
+@pytest.mark.parametrize("recovers", [True, False])
+def test_a_stream_whose_final_write_fails_ends_with_error_and_done(
+    api, owner, fake_llm, monkeypatch, recovers
+):
+    """The model answered, then the database failed at the reply's final write (a restart):
+    the stream still ends with `error` and `done`, never with a bare end of the response. Once
+    the database answers again, the reply is stored `failed` with the text that arrived."""
+    from django.db import OperationalError
+
+    from chat.turn import generate
+
+    session = ChatSessionFactory(owner=owner)
+    fake_llm.script("one two three")
+    monkeypatch.setattr(generate, "UNEXPECTED_STORE_WAITS", (0.0, 0.01))
+    real_failed = generate.reply_result_failed
+
+    def complete_fails(**kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    def failed_store(**kwargs):
+        if not recovers:
+            raise OperationalError("the database system is starting up")
+        return real_failed(**kwargs)
+
+    monkeypatch.setattr(generate, "reply_result_complete", complete_fails)
+    monkeypatch.setattr(generate, "reply_result_failed", failed_store)
+    events = send_streaming(api, session, "hi")
+    assert [e["type"] for e in events[-2:]] == ["error", "done"]
+    assert events[-2]["code"] == "server_error"
+    done = events[-1]["message"]
+    assert done["status"] == "failed" and done["content"] == "one two three"
+    reply = ChatMessage.objects.get(pk=done["id"])
+    if recovers:
+        assert reply.status == "failed" and reply.content == "one two three"
+    else:  # left to the sweep; the stream was told all the same
+        assert reply.status == "streaming"

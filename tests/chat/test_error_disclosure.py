@@ -75,3 +75,28 @@ def test_only_staff_see_where_the_model_server_lives(api, staff_api, fake_llm):
     assert "127.0.0.1" not in str(mine)
     theirs = staff_api.get("/api/v1/status").json()
     assert theirs["provider"]["base_url"].startswith("127.0.0.1:")
+
+
+@pytest.mark.parametrize("failure", ["database", "redis"])
+def test_a_dependency_that_does_not_answer_is_a_503_with_retry_after(api, monkeypatch, failure):
+    """PostgreSQL restarting or Redis down: the API says "try again shortly" in its error
+    shape, not a 500."""
+    from django.db import OperationalError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from chat.api import views
+
+    error = (
+        OperationalError("server closed the connection unexpectedly")
+        if failure == "database"
+        else RedisConnectionError("Error 111 connecting to 127.0.0.1:6379.")
+    )
+
+    def down(**kwargs):
+        raise error
+
+    monkeypatch.setattr(views, "session_list", down)
+    r = api.get("/api/v1/chat/sessions")
+    assert r.status_code == 503
+    assert r["Retry-After"] == "5"
+    assert r.json()["error"]["code"] == "service_unavailable"

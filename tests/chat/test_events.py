@@ -104,3 +104,22 @@ async def test_take_returns_everything_queued_with_deltas_merged():
     assert not waiting.done()
     socket.push(_delta(5, "!"))
     assert await asyncio.wait_for(waiting, 5) == [_delta(5, "!")]
+
+
+async def test_a_failing_layer_logs_its_traceback_once_not_per_event(monkeypatch, caplog):
+    """Redis down while replies stream: one traceback, not one per token (a 20 s outage
+    logged ~1,500 a process)."""
+    import logging
+
+    class DownLayer:
+        async def group_send(self, group, message):
+            raise ConnectionError("Error 111 connecting to 127.0.0.1:6379.")
+
+    monkeypatch.setattr(events, "get_channel_layer", lambda: DownLayer())
+    monkeypatch.setattr(events, "_layer_failure_logged", None)
+    caplog.set_level(logging.DEBUG, logger="chat.events")
+    for offset in range(50):
+        event = {"type": "delta", "message_id": 1, "text": "x", "offset": offset}
+        await events.event_publish_async(session_id=1, event=event)
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(loud) == 1 and loud[0].exc_info is not None

@@ -187,3 +187,31 @@ def test_a_held_row_that_stopped_streaming_is_finished_the_long_way(session):
     assert stored.status == MessageStatus.COMPLETE and stored.content == "the answer"
     assert stored.metadata["swept"] == 1 and stored.metadata["rounds"] == 1
     assert finished.message.pk == held.pk
+
+
+def test_a_finish_that_fails_midway_stores_nothing(transactional_db, session, monkeypatch):
+    """The reply and the session's stamp are one transaction: a connection lost between them
+    (a database restart) must not leave a complete reply whose stamp never moved, while the
+    caller, seeing an error, reports the reply failed."""
+    from django.db import DatabaseError
+    from django.db.models import QuerySet
+
+    turn = _sent(session)
+    update = QuerySet.update
+
+    def update_failing_for_sessions(self, **kwargs):
+        if self.model is ChatSession:
+            raise DatabaseError("server closed the connection unexpectedly")
+        return update(self, **kwargs)
+
+    monkeypatch.setattr(QuerySet, "update", update_failing_for_sessions)
+    with pytest.raises(DatabaseError):
+        reply_finish(
+            message=turn.reply,
+            session=turn.session,
+            content="the answer",
+            status=MessageStatus.COMPLETE,
+        )
+    monkeypatch.undo()
+    stored = ChatMessage.objects.get(pk=turn.reply.pk)
+    assert stored.status == MessageStatus.STREAMING and stored.content == ""

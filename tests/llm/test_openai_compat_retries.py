@@ -199,13 +199,13 @@ def test_a_summary_waits_its_own_timeout_not_the_chat_one(fake_llm, settings):
     settings.LLM_SUMMARY_TIMEOUT_SECONDS = 0.3
     fake_llm.fail_next("hang", seconds=2.0)
     started = time.monotonic()
-    with pytest.raises(LLMError, match="(?i)timed? ?out"):
+    with pytest.raises(LLMError, match=r"(?i)timed? ?out"):
         get_provider().complete(messages=USER_HI)
     assert time.monotonic() - started < 1.5
     # A caller that says how long to wait is obeyed (a probe made for a reply).
     settings.LLM_SUMMARY_TIMEOUT_SECONDS = 5.0
     fake_llm.fail_next("hang", seconds=2.0)
     started = time.monotonic()
-    with pytest.raises(LLMError, match="(?i)timed? ?out"):
+    with pytest.raises(LLMError, match=r"(?i)timed? ?out"):
         get_provider().complete(messages=USER_HI, timeout=0.3)
     assert time.monotonic() - started < 1.5

@@ -57,3 +57,38 @@ async def test_after_a_sweep_the_session_accepts_sends_again(session, owner_cook
     await ws.send_json_to({"type": "send", "content": "hello?"})
     assert (await _until(ws, "done"))[-1]["message"]["content"] == "back again"
     await ws.disconnect()
+
+
+async def test_a_socket_is_told_within_seconds_when_the_process_generating_its_reply_dies(
+    session, owner_cookie, settings
+):
+    """kill -9 of the process generating the session's reply: its lease lapses, and a socket
+    in another process gets `error` and `done` with the partial text stored `failed`."""
+    from chat.models import GeneratorLease
+
+    settings.CHAT_REPLY_LEASE_SECONDS = 2
+
+    def crashed_turn() -> ChatMessage:
+        ChatMessage.objects.create(session=session, role=MessageRole.USER, content="lost")
+        stuck = ChatMessage.objects.create(
+            session=session,
+            role=MessageRole.ASSISTANT,
+            content="half a repl",
+            status="streaming",
+            generator="killed",
+        )
+        GeneratorLease.objects.create(
+            process="killed", expires_at=timezone.now() + timedelta(seconds=1)
+        )
+        return stuck
+
+    stuck = await database_sync_to_async(crashed_turn)()
+    ws = await _open(session.pk, owner_cookie)
+    resumed = await ws.receive_json_from(timeout=2)  # the reply being generated, as it stood
+    assert resumed["type"] == "message" and resumed["message"]["id"] == stuck.pk
+    events = await _until(ws, "done", timeout=8)
+    assert [e["type"] for e in events] == ["error", "done"]
+    assert events[0]["code"] == "interrupted"
+    done = events[-1]["message"]
+    assert done["status"] == "failed" and done["content"] == "half a repl"
+    await ws.disconnect()
