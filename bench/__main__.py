@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import context as context_bench
+from bench import fidelity as fidelity_bench
 from bench import history as history_bench
 from bench import realmodel as realmodel_bench
 from bench import realtime as realtime_bench
@@ -27,6 +28,7 @@ BENCHMARKS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[
     "context": (context_bench.add_arguments, context_bench.run),
     "ttft": (ttft_bench.add_arguments, ttft_bench.run),
     "search": (search_bench.add_arguments, search_bench.run),
+    "fidelity": (fidelity_bench.add_arguments, fidelity_bench.run),
     # Not in the default run: it needs the realllm extra and takes minutes.
     "realmodel": (realmodel_bench.add_arguments, realmodel_bench.run),
 }
