@@ -88,6 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--fidelity-modes", default=",".join(MODES))
     group.add_argument("--fidelity-summaries", default=",".join(SUMMARIES))
     group.add_argument(
+        "--fidelity-merge",
+        action="store_true",
+        help="report these runs with the earlier ones kept in .bench/fidelity-results.json",
+    )
+    group.add_argument(
         "--fidelity-quick",
         action="store_true",
         help=f"the first {QUICK_TURNS} turns and {QUICK_QUESTIONS} questions of each",
@@ -126,7 +131,13 @@ def _template(folder: Path) -> Path:
         "from django.contrib.auth import get_user_model; "
         f"get_user_model().objects.create_user({USERNAME!r}, password={PASSWORD!r})"
     )
-    subprocess.run([*manage, "shell", "-c", create], cwd=ROOT, env=env, check=True)
+    subprocess.run(
+        [*manage, "shell", "-c", create],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return path
 
 
@@ -206,11 +217,52 @@ def run(*, args: Any, command: str) -> str:
     if args.fidelity_quick:
         convs = [conversation_cut(c, turns=QUICK_TURNS, questions=QUICK_QUESTIONS) for c in convs]
     results = measure(convs=convs, plan=plan, folder=folder)
+    for result in results:
+        result["quick"] = bool(args.fidelity_quick)
     wall = time.perf_counter() - started
-    (folder / "fidelity-results.json").write_text(json.dumps(results, indent=1))
-    return render(
-        results=results, convs=convs, command=command, wall_seconds=wall, quick=args.fidelity_quick
+    starting = sum(r["start_seconds"] for r in results)
+    store = folder / (
+        "fidelity-results-quick.json" if args.fidelity_quick else "fidelity-results.json"
     )
+    merged = 0
+    if args.fidelity_merge and store.is_file():
+        earlier = results_merge(earlier=json.loads(store.read_text()), new=results)
+        merged = len(earlier) - len(results)
+        results = earlier
+    store.write_text(json.dumps(results, indent=1))
+    names = list(dict.fromkeys(r["conversation"] for r in results))
+    if names != [c.name for c in convs]:
+        convs = [conversation_load(data_dir / f"{n}.json") for n in names]
+        if args.fidelity_quick:
+            convs = [
+                conversation_cut(c, turns=QUICK_TURNS, questions=QUICK_QUESTIONS) for c in convs
+            ]
+    return render(
+        results=results,
+        convs=convs,
+        command=command,
+        wall_seconds=wall,
+        quick=args.fidelity_quick,
+        start_seconds=starting,
+        merged=merged,
+    )
+
+
+def results_merge(
+    *, earlier: list[dict[str, Any]], new: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """`new` with the earlier runs of the same kind (quick or not) that it does not repeat (a
+    conversation under a configuration), ordered by conversation as they first appeared."""
+    quick = {r["quick"] for r in new}
+    fresh = {(r["conversation"], json.dumps(r["config"], sort_keys=True)) for r in new}
+    kept = [
+        r
+        for r in earlier
+        if bool(r.get("quick")) in quick
+        and (r["conversation"], json.dumps(r["config"], sort_keys=True)) not in fresh
+    ]
+    order = list(dict.fromkeys(r["conversation"] for r in [*kept, *new]))
+    return sorted([*kept, *new], key=lambda r: order.index(r["conversation"]))
 
 
 def _progress(result: dict[str, Any], *, conv: Conversation) -> None:

@@ -148,6 +148,8 @@ def render(
     command: str,
     wall_seconds: float,
     quick: bool,
+    start_seconds: float = 0.0,
+    merged: int = 0,
 ) -> str:
     budgets = list(
         dict.fromkeys(r["config"]["budget"] for r in results if r["config"]["mode"] != "whole")
@@ -162,9 +164,10 @@ def render(
         "## Context fidelity: LoCoMo evidence in the payload",
         "",
         f"`{command}` · {'quick run (first turns and questions only) · ' if quick else ''}"
-        f"wall time {wall_seconds / 60:.1f} min ({len(results)} runs, of which "
-        f"{sum(r.get('start_seconds', 0.0) for r in results) / 60:.1f} min starting servers) "
-        f"· {sizes}.",
+        f"wall time {wall_seconds / 60:.1f} min ({len(results) - merged} runs, of which "
+        f"{start_seconds / 60:.1f} min starting servers)"
+        + (f", shown with {merged} runs measured earlier (`--fidelity-merge`)" if merged else "")
+        + f" · {sizes}.",
         "",
         METHOD,
     ]

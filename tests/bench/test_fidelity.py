@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bench.fidelity import Config, configs_plan, measure
+from bench.fidelity import Config, configs_plan, measure, results_merge
 from bench.fidelity_data import (
     CLOSER,
     OPENER,
@@ -190,3 +190,24 @@ def test_a_real_replay_through_the_server(
     assert 0 < small["max_payload_runes"] <= 1000
     section = render(results=results, convs=[tiny], command="test", wall_seconds=1.0, quick=False)
     assert "| whole conversation (no limit) | 100% | 100% |" in section
+
+
+def test_merged_results_replace_the_runs_they_repeat() -> None:
+    def run(conv: str, budget: int, share: bool, quick: bool = False) -> dict[str, Any]:
+        config = {"mode": "cadau", "summaries": "unusable", "budget": budget}
+        return {
+            "conversation": conv,
+            "config": config,
+            "questions": [(4, share, 1)],
+            "quick": quick,
+        }
+
+    earlier = [run("26", 48000, False), run("30", 48000, False), run("26", 16000, False)]
+    earlier.append(run("41", 48000, False, quick=True))
+    merged = results_merge(earlier=earlier, new=[run("30", 48000, True), run("42", 48000, True)])
+    assert [(r["conversation"], r["config"]["budget"], r["questions"][0][1]) for r in merged] == [
+        ("26", 48000, False),
+        ("26", 16000, False),
+        ("30", 48000, True),
+        ("42", 48000, True),
+    ]
