@@ -43,7 +43,9 @@ the most informative first, within the asked length). Budgets: `CHAT_CONTEXT_INP
 Other settings are the environment's (e.g. `CHAT_CONTEXT_RECALL=true python -m bench fidelity`);
 titles are off and `LLM_MAX_RETRIES=0` (the fake never fails a chat call).
 
-"Runes sent" are the question payloads' runes (all messages' text); "over budget" counts every
+"All" pools the questions of the conversations measured in that row (a "-" is a conversation
+not measured in that configuration). "Runes sent" are the question payloads' runes (all
+messages' text); "over budget" counts every
 chat payload of the run, replay included, over its budget (must be 0); "summarising calls" are
 the summary-model calls during the replay (and, in the details, while the questions were asked).
 """
