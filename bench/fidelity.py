@@ -195,6 +195,8 @@ def measure(*, convs: list[Conversation], plan: list[Config], folder: Path) -> l
                 result = _one(conv=conv, config=config, fake=fake, template=template, folder=folder)
                 results.append(result)
                 _progress(result, conv=conv)
+                # A run stopped halfway keeps what it measured.
+                (folder / "fidelity-partial.json").write_text(json.dumps(results, indent=1))
     finally:
         fake.stop()
     return results
