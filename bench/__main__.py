@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bench import context as context_bench
 from bench import faults as faults_bench
+from bench import fidelity as fidelity_bench
 from bench import history as history_bench
 from bench import realmodel as realmodel_bench
 from bench import realtime as realtime_bench
@@ -29,6 +30,7 @@ BENCHMARKS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[
     "ttft": (ttft_bench.add_arguments, ttft_bench.run),
     "search": (search_bench.add_arguments, search_bench.run),
     "faults": (faults_bench.add_arguments, faults_bench.run),
+    "fidelity": (fidelity_bench.add_arguments, fidelity_bench.run),
     # Not in the default run: it needs the realllm extra and takes minutes.
     "realmodel": (realmodel_bench.add_arguments, realmodel_bench.run),
 }

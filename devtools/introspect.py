@@ -17,6 +17,11 @@ def background_wait(timeout: float = 30.0) -> None:
     wait(list(workers._pending), timeout=timeout)
 
 
+def background_pending() -> int:
+    """How many background jobs are submitted and not done yet."""
+    return len(workers._pending)
+
+
 def tokens_factors(*, model: str) -> dict[str, float]:
     """What usage has taught about `model`'s tokenizer, by script ("cjk", "other")."""
     return {script: f for (m, script), f in window._factor.items() if m == model}

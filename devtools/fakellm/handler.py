@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
 
 from devtools.fakellm.completion import Answer, send_stream, send_whole
 from devtools.fakellm.embeddings import embeddings_answer
@@ -150,7 +151,15 @@ class Handler(BaseHTTPRequestHandler):
             ]
             self.send_json(200, {"object": "list", "data": models})
         elif path == "/_control/calls":
-            self.send_json(200, self.fake.calls_json())
+            # ?since=N: only the calls after call number N; ?bodies=0: without request bodies.
+            query = parse_qs(self.path.partition("?")[2])
+            try:
+                since = max(0, int(query.get("since", ["0"])[0]))
+            except ValueError:
+                self._error(400, "since must be an integer")
+                return
+            bodies = query.get("bodies", ["1"])[0] not in ("0", "false")
+            self.send_json(200, self.fake.calls_json(since=since, bodies=bodies))
         elif path in ("/_control/health", ""):
             self.send_json(200, {"ok": True})
         else:
@@ -197,7 +206,11 @@ class Handler(BaseHTTPRequestHandler):
                 replies = body.get("replies")
                 if replies is None:
                     replies = [body["reply"]]
-                fake.script(*replies, target=body.get("target", "chat"))
+                fake.script(
+                    *replies,
+                    target=body.get("target", "chat"),
+                    replace=bool(body.get("replace", False)),
+                )
             elif action == "fault":
                 fake.fail_next(**body)
             elif action == "config":
@@ -299,12 +312,16 @@ class Handler(BaseHTTPRequestHandler):
                 reply = ScriptedReply(content=fault.message or GARBAGE_TEXT)
 
         max_tokens = _max_tokens(body)
+        if reply is None and call.kind == "summary" and config.summary_style == "fail":
+            self._error(500, "summary model unavailable (summary_style=fail)", code="500")
+            return
         if reply is None:
             reply = default_reply(
                 kind=call.kind,
                 messages=body["messages"],
                 max_tokens=max_tokens,
                 reply_words=config.reply_words,
+                summary_style=config.summary_style,
             )
         if reply.quote:
             reply = replace(

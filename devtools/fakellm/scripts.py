@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from chat.llm.base import Message, message_text, requested_max_runes
 from chat.llm.offline import RUNES_PER_TOKEN, extractive_summary
+from devtools.fakellm.summaries import SUMMARY_STYLES, summary_reply
 
 Target = Literal["chat", "summary", "any"]
 
@@ -227,10 +228,16 @@ class Call:
         parsed = json.loads(self.raw_body) if self.raw_body else {}
         return parsed if isinstance(parsed, dict) else {}
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self, *, body: bool = True) -> dict[str, Any]:
+        """The call for the control API, with `prompt_runes`: the runes of its messages'
+        text, what a context budget counts."""
         fields = {f.name: getattr(self, f.name) for f in dataclass_fields(self)}
         del fields["raw_body"]
-        return {**fields, "body": self.body}
+        parsed = self.body
+        raw = parsed.get("messages")
+        messages = raw if isinstance(raw, list) else []
+        fields["prompt_runes"] = sum(len(message_text(m)) for m in messages if isinstance(m, dict))
+        return {**fields, "body": parsed} if body else fields
 
 
 @dataclass(slots=True)
@@ -257,6 +264,9 @@ class ServerConfig:
     #: With slots: a running stream ends ([DONE], no finish_reason) as soon as another request
     #: waits for its slot, as llama-cpp-python does by default (--interrupt_requests).
     interrupt_requests: bool = False
+    #: How unscripted summary calls are answered (summaries.py: digest, fail, unusable, vague,
+    #: good); scripted summary replies and faults come first.
+    summary_style: str = "digest"
 
     def __post_init__(self) -> None:
         if self.context_overflow is not None and self.context_overflow not in OVERFLOW_KINDS:
@@ -266,6 +276,8 @@ class ServerConfig:
             )
         if self.slots < 0:
             raise ValueError("slots must be 0 (unlimited) or more")
+        if self.summary_style not in SUMMARY_STYLES:
+            raise ValueError(f"summary_style must be one of {', '.join(SUMMARY_STYLES)}")
 
     def overflows(self, prompt_tokens: int) -> bool:
         window = self.context_window
@@ -289,10 +301,19 @@ class ServerConfig:
 
 
 def default_reply(
-    *, kind: str, messages: list[Message], max_tokens: int | None, reply_words: int | None
+    *,
+    kind: str,
+    messages: list[Message],
+    max_tokens: int | None,
+    reply_words: int | None,
+    summary_style: str = "digest",
 ) -> ScriptedReply:
     if kind == "summary":
         cap = max_tokens * RUNES_PER_TOKEN if max_tokens else DEFAULT_SUMMARY_RUNES
+        if summary_style != "digest":
+            return ScriptedReply(
+                content=summary_reply(style=summary_style, messages=messages, cap=cap)
+            )
         asked = requested_max_runes(messages)
         cap = min(cap, asked) if asked else cap
         return ScriptedReply(content=extractive_summary(messages, max_runes=cap))

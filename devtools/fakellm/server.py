@@ -121,12 +121,17 @@ class FakeLLMServer:
         self,
         *replies: str | dict[str, Any] | ScriptedReply,
         target: Literal["chat", "summary"] = "chat",
+        replace: bool = False,
     ) -> None:
-        """Queue replies for the next calls of `target` kind, in order."""
+        """Queue replies for the next calls of `target` kind, in order. `replace`: instead of
+        what is still queued (a driver scripting each call just before making it stays in step
+        even when a call never reached the model)."""
         if target not in ("chat", "summary"):
             raise ValueError("target must be 'chat' or 'summary'")
         coerced = [ScriptedReply.coerce(r) for r in replies]
         with self._lock:
+            if replace:
+                self._scripts[target].clear()
             self._scripts[target].extend(coerced)
 
     def script_summary(self, *replies: str | dict[str, Any] | ScriptedReply) -> None:
@@ -176,7 +181,9 @@ class FakeLLMServer:
         estimated tokens (0 turns both off). train_context_window: llama.cpp's n_ctx_train.
         slots: requests answered at once (1: single-slot server, the others wait; 0:
         unlimited). interrupt_requests: with slots, a request that has to wait ends the
-        running stream early, as llama-cpp-python does by default."""
+        running stream early, as llama-cpp-python does by default. summary_style: how
+        unscripted summary calls are answered (summaries.py: "digest", "fail", "unusable",
+        "vague", "good")."""
         unknown = set(changes) - set(ServerConfig.__slots__)
         if unknown:
             raise TypeError(f"unknown settings: {sorted(unknown)}")
@@ -213,14 +220,17 @@ class FakeLLMServer:
     def call_count(self) -> int:
         return self.count()
 
-    def calls_json(self) -> dict[str, Any]:
+    def calls_json(self, *, since: int = 0, bodies: bool = True) -> dict[str, Any]:
+        """The recorded calls as the control API lists them. The counts are of every call;
+        `calls` holds those after call number `since`, without their bodies when `bodies` is
+        False (a benchmark reading each new payload once needs no more)."""
         with self._lock:
-            calls = [c.as_json() for c in self._calls]
+            recorded = list(self._calls)
         return {
-            "total": len(calls),
-            "chat": sum(1 for c in calls if c["kind"] == "chat"),
-            "summary": sum(1 for c in calls if c["kind"] == "summary"),
-            "calls": calls,
+            "total": len(recorded),
+            "chat": sum(1 for c in recorded if c.kind == "chat"),
+            "summary": sum(1 for c in recorded if c.kind == "summary"),
+            "calls": [c.as_json(body=bodies) for c in recorded[since:]],
         }
 
     # --- embeddings ----------------------------------------------------------------------
