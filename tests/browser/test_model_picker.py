@@ -24,6 +24,8 @@ def test_pick_a_model_for_this_chat(
         login(page, app, user, next_path=f"/chat/{session.pk}/")
         wait_js(page, "document.documentElement.dataset.socket === 'open'", timeout=10_000)
         picker = page.locator("#model-select")
+        if variant.phone:  # in the header's overflow menu there, with the other tools
+            page.click("#more-btn")
         assert picker.is_visible()
         options = picker.locator("option").all_inner_texts()
         default = "默认（fake-chat）" if variant.chinese else "Default (fake-chat)"
