@@ -21,6 +21,7 @@ from chat.context.heading import SUMMARY_PREFIX_EN
 from chat.models import Agent, ChatMessage, ChatSession, MessageRole, SnapshotOutcome
 from tests.browser.conftest import PASSWORD, LiveApp, login
 from tests.factories import ContextSnapshotFactory
+from tests.fixtures_llm import summary_of
 
 BUDGET = 10_000
 
@@ -80,7 +81,7 @@ def test_the_ring_and_notice_follow_a_compaction_made_elsewhere(
     before = _ring(page)
     assert before["threshold"] == 50 and before["pct"] >= 50 and before["level"] == "danger"
 
-    app.fake.script_summary("A short digest of the early turns.")
+    app.fake.script_summary(summary_of("A short digest of the early turns."))
     with _api(app, user) as http:
         answer = http.post(f"/api/v1/chat/sessions/{session.pk}/compact", json={})
     assert answer.status_code == 200 and answer.json()["outcome"] == "committed"
@@ -210,7 +211,7 @@ def test_an_open_history_panel_follows_a_compaction(page: Any, app: LiveApp, use
     _open(page, app, user, session)
     page.click("#toggle-history")
     page.wait_for_selector("#history-status:has-text('No compactions yet.')")
-    app.fake.script_summary("The digest after compaction.")
+    app.fake.script_summary(summary_of("The digest after compaction."))
     with _api(app, user) as http:
         http.post(f"/api/v1/chat/sessions/{session.pk}/compact", json={})
     page.wait_for_selector("#history-list .history-entry[data-outcome='committed']")
