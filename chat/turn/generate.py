@@ -279,6 +279,7 @@ async def _overflow_recover(
         return await _fail(gen, turn, rounds.reply, "", "context_too_large", str(exc))
     attempt.overflows += 1
     assert attempt.payload is not None
+    refused = attempt.payload.runes
     sent = _payload_text(attempt.payload.messages)
     stated = window_from_error(str(exc))
     if stated is None and not isinstance(exc, ContextLengthExceeded):
@@ -313,7 +314,7 @@ async def _overflow_recover(
     state = await in_worker(context_state_fresh)(session_id=session_id, query=query)
     gen.publish(compaction_event_end(result, budget=context_budget_from_state(state=state)))
     # Recall reads the database: the rebuild is sync code, in a worker.
-    await in_worker(attempt.rebuild)(state)
+    await in_worker(attempt.rebuild)(state, under_runes=refused)
     if attempt.payload is not None:
         return None
     too_large = (

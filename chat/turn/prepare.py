@@ -63,10 +63,15 @@ class Attempt:
     summary_calls: int = 0
     overflows: int = 0
 
-    def rebuild(self, state: ContextState) -> None:
+    def rebuild(self, state: ContextState, *, under_runes: int = 0) -> None:
+        """The payload of `state`. `under_runes`: the size of a payload the model refused (an
+        overflow): recall must not fill the retry back up to it, so a composed payload that
+        is not smaller gives way to the plain one."""
         self.state = state
         try:
             self.payload = context_payload_build(state=state, recall=turn_recaller())
+            if under_runes and self.payload.recalled and self.payload.runes >= under_runes:
+                self.payload = context_payload_build(state=state)
         except PayloadTooLarge as exc:
             self.payload, self.too_large = None, str(exc)
 
