@@ -30,7 +30,12 @@ from chat.context.compaction import (
 )
 from chat.context.compose import Recaller
 from chat.context.cut import context_choose_cut
-from chat.context.heading import SUMMARY_PREFIX_EN, SUMMARY_PREFIX_ZH, summary_prefix
+from chat.context.heading import (
+    SUMMARY_PREFIX_EN,
+    SUMMARY_PREFIX_ZH,
+    summary_block,
+    summary_prefix,
+)
 from chat.context.payload import (
     Payload,
     context_check_fits,
@@ -94,6 +99,7 @@ __all__ = [
     "context_window_probe_start",
     "for_model",
     "message_runes",
+    "summary_block",
     "summary_prefix",
     "summary_validate",
     "system_prompt_load",

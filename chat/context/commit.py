@@ -18,7 +18,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from cadau.contextconfig import ContextConfig
-from chat.context.heading import summary_prefix
+from chat.context.heading import summary_block
 from chat.context.merge import summary_merge
 from chat.context.state import TailMessage
 from chat.context.summarise import CallCounter, SummaryRejected
@@ -234,10 +234,8 @@ def _runes_after(
     return max(
         runes_before
         - sum(m.runes for m in chunk)
-        - len(session.context_summary)
-        + len(summary)
         # The heading follows the summary's language, which the new summary may have changed.
-        - (len(summary_prefix(summary=session.context_summary)) if session.context_summary else 0)
-        + len(summary_prefix(summary=summary)),
+        - (len(summary_block(summary=session.context_summary)) if session.context_summary else 0)
+        + (len(summary_block(summary=summary)) if summary else 0),
         0,
     )

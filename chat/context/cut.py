@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from cadau.contextconfig import ContextConfig
-from chat.context.heading import SUMMARY_PREFIX_MAX_RUNES
+from chat.context.heading import SUMMARY_PREFIX_MAX_RUNES, summary_quoted_runes
 from chat.context.state import TailMessage
 from chat.models import MessageRole
 
@@ -51,7 +51,9 @@ def context_choose_cut(
         after = (
             system_runes_without_summary
             + SUMMARY_PREFIX_MAX_RUNES
-            + assumed_summary_runes(cfg=cfg, summary=summary, compacted_runes=compacted)
+            + summary_quoted_runes(
+                assumed_summary_runes(cfg=cfg, summary=summary, compacted_runes=compacted)
+            )
             + (prefix[n] - prefix[i])
         )
         if after <= target and not force:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from cadau.contextconfig import ContextConfig, context_capped
-from chat.context.heading import summary_prefix
+from chat.context.heading import summary_block
 from chat.hooks import PromptPart, system_prompt_hooks
 from chat.llm import get_provider
 from chat.models import Agent, ChatSession
@@ -62,11 +62,10 @@ def session_model(*, session: ChatSession) -> str:
 
 
 def system_text(*, system_prompt: str, summary: str) -> str:
-    """The payload's system message: the system prompt, then the summary under its heading (in
-    the summary's language, chat/context/heading.py)."""
+    """The payload's system message: the system prompt, then the summary block."""
     if not summary:
         return system_prompt
-    return f"{system_prompt}\n\n{summary_prefix(summary=summary)}\n{summary}"
+    return f"{system_prompt}\n\n{summary_block(summary=summary)}"
 
 
 def base_prompt(*, session: ChatSession) -> str:

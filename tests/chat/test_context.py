@@ -143,7 +143,8 @@ def test_summary_goes_into_the_system_prompt_under_the_prefix(fake_llm, small_bu
     payload = context_payload(session_id=session.pk, compact=False)
     system = payload.messages[0]
     assert system["role"] == "system"
-    assert ctx.SUMMARY_PREFIX_EN + "\n" + summary_of("SUMMARY-TEXT") in system["content"]
+    assert ctx.summary_block(summary=summary_of("SUMMARY-TEXT")) in system["content"]
+    assert ctx.SUMMARY_PREFIX_EN + "\n" in system["content"]
     assert payload.messages[1]["role"] == "user"
 
 
@@ -151,7 +152,9 @@ def test_summary_goes_into_the_system_prompt_under_the_prefix(fake_llm, small_bu
 def test_summary_prefix_follows_the_language(fake_llm, small_budget, settings):
     # A summary of no words at all (only numbers) says nothing: the server's language decides.
     settings.LANGUAGE_CODE = "zh-hans"
-    assert ctx.system_text(system_prompt="P", summary="42") == f"P\n\n{ctx.SUMMARY_PREFIX_ZH}\n42"
+    assert ctx.system_text(system_prompt="P", summary="42").startswith(
+        f"P\n\n{ctx.SUMMARY_PREFIX_ZH}\n"
+    )
     # A summary in words decides for itself (tests/chat/test_summary_heading.py).
     assert ctx.SUMMARY_PREFIX_EN in ctx.system_text(system_prompt="P", summary="The user is Ann.")
 
