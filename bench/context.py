@@ -37,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--context-turns", type=int, default=500)
     group.add_argument("--context-sizes", default="10,100000")
     group.add_argument("--context-sends", type=int, default=40)
+    group.add_argument("--context-imported", type=int, default=10_000, help="0: skip")
+    group.add_argument("--context-imported-sends", type=int, default=6)
 
 
 def _env(*, db: Path, fake_url: str, strategy: str) -> dict[str, str]:
@@ -93,9 +95,61 @@ def run(*, args: Any, command: str) -> str:
             lat[strategy] = _worker(
                 ["latency", "--sizes", args.context_sizes, "--sends", str(args.context_sends)], env
             )
+        imported: dict[str, Any] = {}
+        # An import's first sends, with recall (the default) and without it (how it was before
+        # recall: the whole history folded into the summary).
+        for recall in ("true", "false") if args.context_imported else ():
+            _fake_llm_reset(fake)
+            print(f"[context] imported {args.context_imported}, recall={recall}", flush=True)
+            env = _env(db=_fresh_db(f"imported-{recall}"), fake_url=fake.url, strategy="cadau")
+            env["CHAT_CONTEXT_RECALL"] = recall
+            imported[recall] = _worker(
+                [
+                    "imported",
+                    "--sizes",
+                    str(args.context_imported),
+                    "--sends",
+                    str(args.context_imported_sends),
+                ],
+                env,
+            )
     finally:
         fake.stop()
-    return _render(conv=conv, lat=lat, args=args, command=command)
+    return _render(conv=conv, lat=lat, args=args, command=command) + _render_imported(
+        imported=imported
+    )
+
+
+def _render_imported(*, imported: dict[str, Any]) -> str:
+    if not imported:
+        return ""
+    size = imported["true"]["size"]
+    lines = [
+        "",
+        f"An imported session ({size:,} messages made by seed_demo, no summary): its first "
+        f"{imported['true']['sends']} sends through the same path, each followed by the "
+        "background compaction it started. *Steady*: no backlog left and a send that started "
+        "no compaction. Recall off is how Cadau compacted an import before recall carried old "
+        "material (the whole history folded into the summary).",
+        "",
+        "| recall | summarising calls before steady | steady after sends | calls per send "
+        "| prompt runes per call (mean / max) | target |",
+        "| --- | ---: | ---: | --- | ---: | --- |",
+    ]
+    for recall in ("true", "false"):
+        r = imported.get(recall)
+        if r is None:
+            continue
+        before = r["calls_before_steady"]
+        lines.append(
+            f"| {'on (default)' if recall == 'true' else 'off (before)'} | "
+            f"{before if before is not None else 'not steady'} | "
+            f"{r['steady_after_sends'] if r['steady_after_sends'] is not None else '-'} | "
+            f"{', '.join(str(n) for n in r['calls_per_send'])} | "
+            f"{r['prompt_runes_mean']:,.0f} / {r['prompt_runes_max']:,} | "
+            f"{'<= 8' if recall == 'true' else ''} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _render(*, conv: dict[str, Any], lat: dict[str, Any], args: Any, command: str) -> str:

@@ -4,6 +4,7 @@ in the environment, and prints one JSON line of results.
 
     python -m bench.context_worker conversation --turns 500
     python -m bench.context_worker latency --sizes 10,100000 --sends 40
+    python -m bench.context_worker imported --sizes 10000 --sends 6
 """
 
 from __future__ import annotations
@@ -131,9 +132,59 @@ def latency(*, sizes: list[int], sends: int) -> dict[str, Any]:
     return out
 
 
+def imported(*, size: int, sends: int, fake_url: str) -> dict[str, Any]:
+    """An imported (seed_demo-made) session of `size` messages and no summary: `sends` sends,
+    each followed by the background compaction it started, as a user would type. Reports the
+    summarising calls and the runes they were sent, in all and until the payload is steady (no
+    backlog left and a send that started no compaction)."""
+    import httpx
+    from django.contrib.auth import get_user_model
+
+    from chat.context import context_state_fresh
+    from chat.management.commands.seed_demo import seed_session
+    from devtools.introspect import background_wait
+
+    user, _ = get_user_model().objects.get_or_create(username="bench-imported")
+    seeded = seed_session(user=user, messages=size, title=f"imported {size}")
+    from chat.models import ChatSession
+
+    session = ChatSession.objects.get(pk=seeded.session_id)
+    per_send: list[int] = []
+    runes: list[int] = []
+    steady_after: int | None = None
+    seen = 0
+    for i in range(sends):
+        reply = _send(session=session, content=f"What did we decide about item {i}?")
+        assert reply.status == "complete", reply.metadata
+        background_wait(timeout=600)
+        recorded = httpx.get(f"{fake_url}/_control/calls", params={"since": seen, "bodies": 0})
+        calls = recorded.json()
+        seen = calls["total"]
+        summaries = [c for c in calls["calls"] if c["kind"] == "summary"]
+        per_send.append(len(summaries))
+        runes += [int(c["prompt_runes"]) for c in summaries]
+        if (
+            steady_after is None
+            and not summaries
+            and not context_state_fresh(session_id=session.pk).backlog
+        ):
+            steady_after = i
+    total = sum(per_send)
+    return {
+        "size": size,
+        "sends": sends,
+        "summary_calls": total,
+        "calls_before_steady": sum(per_send[:steady_after]) if steady_after is not None else None,
+        "steady_after_sends": steady_after,
+        "calls_per_send": per_send,
+        "prompt_runes_mean": statistics.mean(runes) if runes else 0,
+        "prompt_runes_max": max(runes, default=0),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["conversation", "latency"])
+    parser.add_argument("mode", choices=["conversation", "latency", "imported"])
     parser.add_argument("--turns", type=int, default=500)
     parser.add_argument("--sizes", default="10,100000")
     parser.add_argument("--sends", type=int, default=40)
@@ -141,6 +192,9 @@ def main() -> None:
     _setup()
     if args.mode == "conversation":
         result = conversation(turns=args.turns, fake_url=os.environ["FAKE_LLM_URL"])
+    elif args.mode == "imported":
+        size = int(args.sizes.split(",")[0])
+        result = imported(size=size, sends=args.sends, fake_url=os.environ["FAKE_LLM_URL"])
     else:
         result = latency(sizes=[int(s) for s in args.sizes.split(",")], sends=args.sends)
     sys.stdout.write(json.dumps(result) + "\n")
