@@ -9,74 +9,32 @@ import json
 
 import pytest
 
-from cadau.contextconfig import ContextConfig
-from chat.context import context_compact
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.search import recall
 from chat.search.recall import excerpts_render, recall_search
 from chat.search.terms import TERM_MAX_CHARS, TERMS_MAX, recall_terms
 from chat.tools import ToolContext, tool_run, tools_enabled_for
-from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
+from tests.chat.recall_setup import FORGETFUL_SUMMARY, archived_session, recall_settings, send
+from tests.factories import AgentFactory, ChatSessionFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-SMALL = ContextConfig(
-    input_budget_runes=4000, threshold_pct=60, target_pct=30, summary_max_runes=600, min_verbatim=2
-)
-# Passes the summary guard (every heading, shorter than what it replaces) and holds no fact.
-FORGETFUL_SUMMARY = (
-    "## Facts and decisions\n- The user asked many questions.\n## Open tasks\n- none\n"
-    "## User constraints and preferences\n- none\n## Pending questions\n- none\n"
-    "## Exact identifiers\n- none"
-)
-FACT = "Note for later: the door code is 4471-KX and the spare key is under the blue pot."
 
 
 @pytest.fixture(autouse=True)
 def runtime(settings, tmp_path):
-    settings.RUNTIME_DIR = tmp_path
-    settings.AGENT_MEMORY_STORAGE = ""
-    settings.CHAT_CONTEXT = SMALL
-
-
-def _archived(owner, fake_llm, *, agent=None, fact: str = FACT) -> tuple[ChatSession, int]:
-    """A session whose first turn (the fact) is summarised away by a summary that drops it."""
-    session: ChatSession = ChatSessionFactory.create(owner=owner, agent=agent)
-    planted = ChatMessage.objects.create(session=session, role=MessageRole.USER, content=fact)
-    ChatMessage.objects.create(session=session, role=MessageRole.ASSISTANT, content="Noted.")
-    make_conversation(session, turns=12, words=12)
-    fake_llm.script_summary(FORGETFUL_SUMMARY)
-    result = context_compact(session_id=session.pk, trigger="manual", force=True)
-    assert result.outcome == "committed", result
-    session.refresh_from_db()
-    anchor = session.verbatim_since_message_id
-    assert anchor is not None and anchor > planted.pk
-    assert "4471" not in session.context_summary
-    return session, planted.pk
-
-
-def _send(api, session, content):
-    r = api.post("/api/v1/chat/send", {"session_id": session.pk, "content": content}, format="json")
-    assert r.status_code == 200, r.content
-    return r.json()
-
-
-def _reply(session) -> str:
-    last = ChatMessage.objects.filter(session=session).order_by("-id").first()
-    assert last is not None and last.role == MessageRole.ASSISTANT
-    return last.content
+    recall_settings(settings, tmp_path)
 
 
 def test_the_model_recalls_through_history_search(api, owner, fake_llm, settings):
     settings.CHAT_CONTEXT_RECALL = False  # the tool alone: the model asks
     agent = AgentFactory(owner=owner)
     assert "history_search" in [t.name for t in tools_enabled_for(config=agent.config_json)]
-    session, planted = _archived(owner, fake_llm, agent=agent)
+    session, planted = archived_session(owner, fake_llm, agent=agent)
     fake_llm.script(
         {"tool_calls": [{"name": "history_search", "arguments": {"query": "door code"}}]},
         {"quote": "door code is"},
     )
-    _send(api, session, "What was the door code I gave you?")
+    send(api, session, "What was the door code I gave you?")
     rows = list(ChatMessage.objects.filter(session=session, id__gt=planted + 1).order_by("-id")[:3])
     final, result, call = rows
     assert call.tool_calls[0]["function"]["name"] == "history_search"
@@ -89,7 +47,7 @@ def test_history_search_only_reads_what_is_summarised_and_only_the_owners(
     owner, outsider, fake_llm
 ):
     agent = AgentFactory(owner=owner)
-    session, _ = _archived(owner, fake_llm, agent=agent)
+    session, _ = archived_session(owner, fake_llm, agent=agent)
     enabled = {t.name: t for t in tools_enabled_for(config=agent.config_json)}
 
     def run(arguments, *, user_id=owner.pk, session_id=session.pk):
@@ -123,7 +81,9 @@ def test_history_search_only_reads_what_is_summarised_and_only_the_owners(
 
 
 def test_recall_finds_chinese_and_stays_under_its_cap(owner, fake_llm):
-    session, planted = _archived(owner, fake_llm, fact="记一下：门禁密码是 8848，快递放在前台。")
+    session, planted = archived_session(
+        owner, fake_llm, fact="记一下：门禁密码是 8848，快递放在前台。"
+    )
     found = recall_search(
         session_id=session.pk,
         owner_id=owner.pk,
