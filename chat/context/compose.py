@@ -92,10 +92,28 @@ def recall_piece(m: Recalled) -> str:
     return body if m.follows else f"{_header(m)}\n{body}"
 
 
+# The header's length: "[YYYY-MM-DD HH:MM UTC]", or "[date unknown]".
+_HEADER_RUNES = len("[2000-01-01 00:00 UTC]")
+_HEADER_UNKNOWN_RUNES = len("[date unknown]")
+
+
 def recall_piece_runes(m: Recalled, *, first: bool) -> int:
-    """What `m` adds to `recall_render`'s output: its piece and the separator before it."""
+    """What `m` adds to `recall_render`'s output: its piece and the separator before it.
+    Counted, not rendered: recall prices hundreds of candidates before every first token
+    (tests/chat/test_recall_auto.py checks it against the rendering)."""
     glue = 0 if first else (1 if m.follows else len(SEPARATOR))
-    return glue + len(recall_piece(m))
+    lines = m.content.splitlines() or [""]
+    # Every line behind QUOTE, the first after "role: ", joined by single line feeds.
+    body = sum(map(len, lines)) + len(lines) * (len(QUOTE) + 1) - 1 + len(m.role) + 2
+    if m.follows:
+        return glue + body
+    header = _HEADER_RUNES if m.created_at is not None else _HEADER_UNKNOWN_RUNES
+    return glue + header + 1 + body
+
+
+def recall_render_runes(recalled: Sequence[Recalled]) -> int:
+    """len(recall_render(recalled)), counted."""
+    return sum(recall_piece_runes(m, first=not i) for i, m in enumerate(recalled))
 
 
 def recall_render(recalled: Sequence[Recalled]) -> str:
@@ -208,7 +226,7 @@ def _grow_core(
         turn_runes = sum(m.runes for m in tail[i:start])
         turn_ids = {m.id for m in tail[i:start]}
         kept = _unfollow([m for m in recalled if m.id not in turn_ids])
-        if grown + turn_runes + len(recall_render(kept)) > room:
+        if grown + turn_runes + recall_render_runes(kept) > room:
             break
         grown += turn_runes
         start, recalled = i, kept

@@ -6,61 +6,31 @@ part, each with its neighbour, quoted under its date; what it leaves goes back t
 from __future__ import annotations
 
 import logging
+import random
+from datetime import UTC, datetime
 
 import pytest
 
-from cadau.contextconfig import ContextConfig
-from chat.context import context_compact, context_payload_build, context_state_fresh
-from chat.context.compose import RECALL_HEADING, RecallAsk, recall_render
+from chat.context import context_payload_build, context_state_fresh
+from chat.context.compose import (
+    RECALL_HEADING,
+    RecallAsk,
+    Recalled,
+    recall_render,
+    recall_render_runes,
+)
 from chat.models import ChatMessage, ChatSession, MessageRole
 from chat.search.recall_auto import recall_auto
 from chat.search.terms import term_stem
+from tests.chat.recall_setup import FACT, SMALL, archived_session, last_reply, recall_settings, send
 from tests.factories import ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SMALL = ContextConfig(
-    input_budget_runes=4000, threshold_pct=60, target_pct=30, summary_max_runes=600, min_verbatim=2
-)
-FORGETFUL_SUMMARY = (
-    "## Facts and decisions\n- The user asked many questions.\n## Open tasks\n- none\n"
-    "## User constraints and preferences\n- none\n## Pending questions\n- none\n"
-    "## Exact identifiers\n- none"
-)
-FACT = "Note for later: the door code is 4471-KX and the spare key is under the blue pot."
-
 
 @pytest.fixture(autouse=True)
 def runtime(settings, tmp_path):
-    settings.RUNTIME_DIR = tmp_path
-    settings.AGENT_MEMORY_STORAGE = ""
-    settings.CHAT_CONTEXT = SMALL
-
-
-def _archived(owner, fake_llm) -> tuple[ChatSession, int]:
-    """A session whose first turn (the fact) is summarised away by a summary that drops it."""
-    session: ChatSession = ChatSessionFactory.create(owner=owner)
-    planted = ChatMessage.objects.create(session=session, role=MessageRole.USER, content=FACT)
-    ChatMessage.objects.create(session=session, role=MessageRole.ASSISTANT, content="Noted.")
-    make_conversation(session, turns=12, words=12)
-    fake_llm.script_summary(FORGETFUL_SUMMARY)
-    result = context_compact(session_id=session.pk, trigger="manual", force=True)
-    assert result.outcome == "committed", result
-    session.refresh_from_db()
-    assert (session.verbatim_since_message_id or 0) > planted.pk
-    assert "4471" not in session.context_summary
-    return session, planted.pk
-
-
-def _send(api, session, content):
-    r = api.post("/api/v1/chat/send", {"session_id": session.pk, "content": content}, format="json")
-    assert r.status_code == 200, r.content
-
-
-def _reply(session) -> str:
-    last = ChatMessage.objects.filter(session=session).order_by("-id").first()
-    assert last is not None and last.role == MessageRole.ASSISTANT
-    return last.content
+    recall_settings(settings, tmp_path)
 
 
 def _payload_for(session, question):
@@ -73,18 +43,18 @@ def _payload_for(session, question):
 
 def test_with_recall_off_the_model_cannot_answer(api, owner, fake_llm, settings):
     settings.CHAT_CONTEXT_RECALL = False
-    session, _ = _archived(owner, fake_llm)
+    session, _ = archived_session(owner, fake_llm)
     fake_llm.script({"quote": "door code is"})
-    _send(api, session, "What was the door code I gave you?")
-    assert _reply(session) == "I do not know."
+    send(api, session, "What was the door code I gave you?")
+    assert last_reply(session) == "I do not know."
 
 
 def test_recall_is_on_by_default_and_brings_the_dropped_fact_back(api, owner, fake_llm, caplog):
-    session, planted = _archived(owner, fake_llm)
+    session, planted = archived_session(owner, fake_llm)
     fake_llm.script({"quote": "door code is"})
     with caplog.at_level(logging.INFO, logger="chat.search"):
-        _send(api, session, "What was the door code I gave you?")
-    assert "4471-KX" in _reply(session)
+        send(api, session, "What was the door code I gave you?")
+    assert "4471-KX" in last_reply(session)
     system = fake_llm.calls[-1].body["messages"][0]["content"]
     when = ChatMessage.objects.get(pk=planted).created_at
     # Quoted under its date, after the summary; its answer ("Noted.") comes with it.
@@ -98,7 +68,7 @@ def test_recall_is_on_by_default_and_brings_the_dropped_fact_back(api, owner, fa
 
 
 def test_recall_fills_the_room_and_never_passes_the_budget(owner, fake_llm):
-    session, _ = _archived(owner, fake_llm)
+    session, _ = archived_session(owner, fake_llm)
     for i in range(40):
         ChatMessage.objects.create(
             session=session, role=MessageRole.USER, content=f"door log {i}: " + "word " * 30
@@ -202,3 +172,23 @@ def test_a_neighbour_comes_with_its_hit_and_runs_share_a_header(owner):
 def test_recall_stems_english_words():
     assert term_stem("painting") == "paint" and term_stem("painted") == "paint"
     assert term_stem("4471-KX") == "4471-KX" and term_stem("bus") == "bus"
+
+
+def test_the_counted_rendering_is_the_rendering():
+    """_fit and the core's growth price recall without rendering it (hundreds of candidates
+    before every first token): the count must be the rendering's length exactly, whatever line
+    breaks, roles, dates and runs the messages have."""
+    rng = random.Random(25)
+    alphabet = "ab \n\r\u2028\x0b\x1c\u0085中\t"
+    for _ in range(3000):
+        items = [
+            Recalled(
+                i,
+                rng.choice(["user", "assistant"]),
+                rng.choice([None, datetime(2024, 1, 2, 3, 4, tzinfo=UTC)]),
+                "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))),
+                follows=bool(i) and rng.random() < 0.5,
+            )
+            for i in range(rng.randint(1, 5))
+        ]
+        assert recall_render_runes(items) == len(recall_render(items)), items
