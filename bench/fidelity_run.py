@@ -18,6 +18,7 @@ import httpx
 from bench.fidelity_data import (
     Conversation,
     Question,
+    evidence_present,
     message_content,
     payload_haystack,
     question_covered,
@@ -42,6 +43,9 @@ class Outcome:
     max_payload_runes: int = 0
     #: Per question: (category, all evidence present, payload runes).
     questions: list[tuple[int, bool, int]] = field(default_factory=list)
+    #: The questions not covered: text, category and the evidence turns missing from the
+    #: payload (what a change to recall or the summary should look at first).
+    missed: list[dict[str, Any]] = field(default_factory=list)
     summaries_rewound: int = 0
     replay_seconds: float = 0.0
     question_seconds: float = 0.0
@@ -142,6 +146,15 @@ def _ask(
         haystack = payload_haystack(call["body"]["messages"], question=question.question)
         covered = question_covered(haystack=haystack, question=question, turns=conv.turns)
         outcome.questions.append((question.category, covered, int(call["prompt_runes"])))
+        if not covered:
+            missing = [
+                dia_id
+                for dia_id in question.evidence
+                if not evidence_present(haystack=haystack, text=conv.turns[dia_id].text)
+            ]
+            outcome.missed.append(
+                {"question": question.question, "category": question.category, "missing": missing}
+            )
     if user_id is not None:
         cut = driver.app.post(
             "/api/v1/chat/truncate", json={"session_id": session_id, "message_id": user_id}

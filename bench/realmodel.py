@@ -72,7 +72,7 @@ def _factors(found: dict[str, float]) -> str:
 
 def _render(*, data: dict[str, Any], seconds: float, command: str) -> str:
     rows = []
-    for lang, label in (("en", "English"), ("zh", "Chinese")):
+    for lang, label in (("en", "English"), ("zh", "Chinese"), ("mixed", "mixed")):
         conv = data["conversations"][lang]
         replies = conv["replies"]
         ok = sum(r["ok"] for r in replies)
@@ -97,8 +97,9 @@ def _render(*, data: dict[str, Any], seconds: float, command: str) -> str:
             f"`--n_ctx {REAL_LLM_N_CTX}`, its defaults otherwise (one request at a time); Cadau "
             "with the default 48,000-rune budget, background compaction on, "
             "`LLM_SERVER_SLOTS=1`, SQLite. Each send is a long message (~900 characters of "
-            "English, ~110 of Chinese): the conversation outgrows the model's window every few "
-            f"turns. Whole run: {seconds:.0f} s.",
+            "English, ~110 of Chinese; *mixed* turns English, Chinese, both in one message, "
+            "and ~220 characters of Chinese in turn): the conversation outgrows the model's "
+            f"window every few turns. Whole run: {seconds:.0f} s.",
             "",
             "| conversation | replies complete | messages stored | sends that waited on a "
             "summary | replies cut | summaries accepted | summaries by the fallback | "

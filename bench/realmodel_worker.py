@@ -19,6 +19,23 @@ ENGLISH = (
 CHINESE = "我的花园里有番茄、豆子和香草。番茄种在南边的篱笆旁，豆子爬在旧梯子上。"
 
 
+def _content(*, language: str, i: int) -> str:
+    english = ENGLISH * 4 + f"Question {i}: what grows by the fence?"
+    chinese = CHINESE * 3 + f"问题 {i}：篱笆旁种了什么？"
+    if language == "en":
+        return english
+    if language == "zh":
+        return chinese
+    # "mixed" (issue 25's eight sends): English, Chinese, both in one turn, long Chinese, so
+    # the token estimate learned from one script meets the other.
+    return (
+        english,
+        chinese,
+        ENGLISH * 2 + CHINESE + f" Question {i}: 番茄种在哪里？",
+        CHINESE * 6 + f"问题 {i}：豆子爬在哪里？",
+    )[i % 4]
+
+
 def _conversation(*, owner: Any, language: str, sends: int) -> dict[str, Any]:
     from asgiref.sync import async_to_sync
 
@@ -28,10 +45,7 @@ def _conversation(*, owner: Any, language: str, sends: int) -> dict[str, Any]:
     session = ChatSession.objects.create(owner=owner, title=language)
     replies = []
     for i in range(sends):
-        if language == "en":
-            content = ENGLISH * 4 + f"Question {i}: what grows by the fence?"
-        else:
-            content = CHINESE * 3 + f"问题 {i}：篱笆旁种了什么？"
+        content = _content(language=language, i=i)
         started = time.monotonic()
         run = async_to_sync(turn_open)(
             user=owner, session_id=session.pk, content=content, client_id=None
@@ -74,7 +88,8 @@ def main() -> None:
     call_command("migrate", verbosity=0, interactive=False)
     owner = get_user_model().objects.create_user(username="bench", password="bench-pw-1")
     results = {
-        lang: _conversation(owner=owner, language=lang, sends=args.sends) for lang in ("en", "zh")
+        lang: _conversation(owner=owner, language=lang, sends=args.sends)
+        for lang in ("en", "zh", "mixed")
     }
     background_wait(timeout=600)
     snapshots = list(ContextSnapshot.objects.values("session_id", "outcome", "model"))

@@ -75,6 +75,13 @@ class DbRun:
     inside: dict[str, Any] = field(default_factory=dict)
 
 
+def _probe(token: str) -> str:
+    """A timed send's text: a question in seed_demo's vocabulary (recall, which runs before the
+    first token, matches it against many archived turns) with a token of its own that no turn
+    holds (its rarest term: looked up in the search index below the recall window)."""
+    return f"ttft {token}: why does the retry logic time out with Redis when two workers run?"
+
+
 async def _model_ttft(client: httpx.AsyncClient, llm_url: str, payload_runes: int) -> float:
     body = {
         "model": "fake-chat",
@@ -102,7 +109,7 @@ async def _sse_send(client: httpx.AsyncClient, session_id: int) -> tuple[float, 
     started = time.perf_counter()
     first = 0.0
     done: dict[str, Any] = {}
-    body = {"session_id": session_id, "content": f"ttft {uuid.uuid4().hex[:8]}"}
+    body = {"session_id": session_id, "content": _probe(uuid.uuid4().hex[:8])}
     headers = {"Accept": "text/event-stream"}
     async with client.stream("POST", "/api/v1/chat/send", json=body, headers=headers) as r:
         if r.status_code != 200:
@@ -120,7 +127,7 @@ async def _sse_send(client: httpx.AsyncClient, session_id: int) -> tuple[float, 
 
 async def _ws_send(ws: Any) -> tuple[float, dict[str, Any]]:
     client_id = uuid.uuid4().hex
-    frame = {"type": "send", "content": f"ttft {client_id[:8]}", "client_id": client_id}
+    frame = {"type": "send", "content": _probe(client_id[:8]), "client_id": client_id}
     started = time.perf_counter()
     first = 0.0
     ours = False  # the socket also saw the session's earlier sends (over REST): skip those
