@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 
-from cadau.contextconfig import ContextConfig
 from chat.context import context_compact, context_payload_build, context_state_fresh
 from chat.context.compose import RecallAsk
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus, MessageVector
@@ -26,18 +25,12 @@ from chat.search.semantic import (
     session_embed_pending,
 )
 from devtools.introspect import background_wait
+from tests.chat.recall_setup import FORGETFUL_SUMMARY as SUMMARY
+from tests.chat.recall_setup import SMALL
 from tests.factories import ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SMALL = ContextConfig(
-    input_budget_runes=4000, threshold_pct=60, target_pct=30, summary_max_runes=600, min_verbatim=2
-)
-SUMMARY = (
-    "## Facts and decisions\n- The user asked many questions.\n## Open tasks\n- none\n"
-    "## User constraints and preferences\n- none\n## Pending questions\n- none\n"
-    "## Exact identifiers\n- none"
-)
 CAT = "We got another cat last week; Miso sleeps on the sofa all day."
 QUESTION = "What pets does she have?"
 
