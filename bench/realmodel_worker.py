@@ -92,7 +92,9 @@ def main() -> None:
         for lang in ("en", "zh", "mixed")
     }
     background_wait(timeout=600)
-    snapshots = list(ContextSnapshot.objects.values("session_id", "outcome", "model"))
+    snapshots = list(
+        ContextSnapshot.objects.values("session_id", "outcome", "model", "trigger", "error")
+    )
     model = get_provider().model
     print(
         json.dumps(
