@@ -74,3 +74,15 @@ def utf8_length_over(text: str, limit: int) -> bool:
     if len(text) * 4 <= limit:
         return False
     return len(text.encode("utf-8", "surrogatepass")) > limit
+
+
+QUOTE = "> "
+
+
+def quoted(text: str) -> str:
+    """Every line of `text` behind "> ": how Cadau hands a model text that is material, not
+    instructions (the session summary, recalled messages, history_search's excerpts), so that
+    no line of it can pass for a header or heading of ours (those are never quoted).
+    splitlines, not a split on line feeds: a lone carriage return or U+2028 starts a line for a
+    model too."""
+    return "\n".join(QUOTE + line for line in text.splitlines() or [""])

@@ -43,6 +43,7 @@ from chat.search.selectors import (
     search_query_clean,
 )
 from chat.search.terms import recall_terms, term_is_identifier
+from chat.text import quoted
 from chat.tools import Tool, ToolContext, ToolError, arg_str, tool_register
 
 logger = logging.getLogger("chat.search")
@@ -61,7 +62,6 @@ MESSAGES_MAX = 8
 # Recall runs before the model call; it never holds a send for long.
 RECALL_SECONDS = 2.0
 _SEPARATOR = "\n\n"
-_QUOTE = "> "
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +139,7 @@ def recall_search(
         piece = _excerpt_fitted(content, around=matched_by[message_id], room=room)
         if piece is None:
             continue
-        left = room - len(_quoted(piece))
+        left = room - len(quoted(piece))
         excerpts.append(
             Excerpt(message_id=message_id, role=role, created_at=created_at, text=piece)
         )
@@ -150,7 +150,7 @@ def recall_search(
 def _excerpt_fitted(content: str, *, around: str, room: int) -> str | None:
     """The longest excerpt of `content` (at most EXCERPT_RUNES) whose quoted form fits in
     `room`; None when only a cut under _EXCERPT_MIN_RUNES would."""
-    if len(content) <= EXCERPT_RUNES and len(_quoted(content)) <= room:
+    if len(content) <= EXCERPT_RUNES and len(quoted(content)) <= room:
         return content
     # As snippets.py does: an offset found in content.casefold() is not one in `content`
     # (casefold changes lengths: ß is ss), and the cut would miss the match.
@@ -163,7 +163,7 @@ def _excerpt_fitted(content: str, *, around: str, room: int) -> str | None:
     while low <= high:
         runes = (low + high) // 2
         piece = _cut(content, at=at, runes=runes)
-        if len(_quoted(piece)) <= room:
+        if len(quoted(piece)) <= room:
             found, low = piece, runes + 1
         else:
             high = runes - 1
@@ -199,19 +199,12 @@ def _header(*, message_id: int, role: str, created_at: datetime) -> str:
     return f"[message {message_id} · {role} · {created_at:%Y-%m-%d %H:%M} UTC]"
 
 
-def _quoted(text: str) -> str:
-    """Every line of `text` behind "> ": a recalled message is data, and its own text can
-    never pass for a header or a heading of ours (those are never quoted). splitlines, not a
-    split on line feeds: a lone carriage return or U+2028 starts a line for a model too."""
-    return "\n".join(_QUOTE + line for line in text.splitlines() or [""])
-
-
 def excerpts_render(excerpts: list[Excerpt]) -> str:
     """The excerpts as the model reads them: for each, its header, then its text quoted."""
     return _SEPARATOR.join(
         _header(message_id=e.message_id, role=e.role, created_at=e.created_at)
         + "\n"
-        + _quoted(e.text)
+        + quoted(e.text)
         for e in excerpts
     )
 
