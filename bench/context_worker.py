@@ -142,12 +142,11 @@ def imported(*, size: int, sends: int, fake_url: str) -> dict[str, Any]:
 
     from chat.context import context_state_fresh
     from chat.management.commands.seed_demo import seed_session
+    from chat.models import ChatSession
     from devtools.introspect import background_wait
 
     user, _ = get_user_model().objects.get_or_create(username="bench-imported")
     seeded = seed_session(user=user, messages=size, title=f"imported {size}")
-    from chat.models import ChatSession
-
     session = ChatSession.objects.get(pk=seeded.session_id)
     per_send: list[int] = []
     runes: list[int] = []
