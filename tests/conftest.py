@@ -8,6 +8,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 from rest_framework.test import APIClient
 
+from chat.search.archive_window import archive_windows_forget
 from tests.factories import UserFactory
 from tests.helpers import limits_clear, window_forget
 
@@ -127,3 +128,12 @@ def _no_learned_windows():
     window_forget()
     yield
     window_forget()
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_archive_windows():
+    """Recall's archive rows kept in this process (chat/search/archive_window.py) are keyed by
+    session id, and SQLite gives a rolled-back test's ids to the next test again."""
+    archive_windows_forget()
+    yield
+    archive_windows_forget()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from time import monotonic
 from typing import Any
 
@@ -162,21 +163,46 @@ def _key_sql(scope: Scope) -> tuple[list[str], list[Any]]:
     return clauses, params
 
 
-def window_rows(*, scope: Scope, rows: int) -> list[tuple[int, str, str]]:
-    """The newest `rows` messages of the scope as (id, role, content), newest first, for a
+def window_rows(
+    *, scope: Scope, rows: int, from_id: int | None = None
+) -> list[tuple[int, str, str, datetime, str]]:
+    """The scope's newest `rows` messages (with `from_id`: of those at or above it) as (id,
+    role, status, created_at, content), newest first, whatever their role and status (the
+    caller filters, and counts what the key chose: chat/search/archive_window.py). For a
     caller that matches many terms against them in memory (automatic recall): one statement
-    instead of a scan per term. The ids are chosen by the scope's key alone, as window_bounds
-    does and for the same reason, the filters applied to those ids only."""
+    instead of a scan per term.
+
+    The ids are chosen by the scope's key alone, as window_bounds does and for the same
+    reason, in a derived table the rows are then joined to (and the owner checked on). As
+    `id IN (that LIMIT subquery)` with the filters beside it, PostgreSQL took the subquery for
+    one row and ran it again for every message of the window: 77 ms for a 1,000-message
+    session among 1.2M messages, against 1.6 ms now (the ttft benchmark's data)."""
     clauses, params = _key_sql(scope)
-    where, scope_params = _scope_sql(scope)
+    if from_id is not None:
+        clauses.append("m.id >= %s")
+        params.append(from_id)
     key = f"WHERE {' AND '.join(clauses)} " if clauses else ""
-    found = _fetch(
-        f"SELECT m.id, m.role, m.content FROM chat_messages m WHERE m.id IN ("  # noqa: S608
-        f"SELECT m.id FROM chat_messages m {key}ORDER BY m.id DESC LIMIT %s) AND {where} "
-        "ORDER BY m.id DESC",
-        [*params, rows, *scope_params],
+    owner, owner_params = (
+        ("", []) if scope.owner_id is None else ("WHERE o.owner_id = %s ", [scope.owner_id])
     )
-    return [(int(mid), str(role), str(content)) for mid, role, content in found]
+    found = _fetch(
+        "SELECT o.id, o.role, o.status, o.created_at, o.content FROM ("  # noqa: S608
+        f"SELECT m.id FROM chat_messages m {key}ORDER BY m.id DESC LIMIT %s) w "
+        f"JOIN chat_messages o ON o.id = w.id {owner}ORDER BY o.id DESC",
+        [*params, rows, *owner_params],
+    )
+    return [
+        (int(mid), str(role), str(status), _datetime(created_at), str(content))
+        for mid, role, status, created_at, content in found
+    ]
+
+
+def _datetime(value: Any) -> datetime:
+    """A created_at as the database gave it (raw SQL on SQLite: an ISO string), aware UTC."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    parsed = datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def window_hits(*, scope: Scope, query: str, window: Window, limit: int) -> list[int]:

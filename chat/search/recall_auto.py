@@ -9,9 +9,10 @@ How "best" is found without embeddings (lexical, BM25-like):
 - the terms of the new message (chat/search/terms.py), each by its English stem ("painting"
   finds "painted": the matching is by substring), and at half weight those of the turn before
   it, which only sharpen what the new message matches ("and when was that?");
-- the archive's newest 1,000 rows and the gap are matched in memory (one statement for every
-  term); only the rarest terms are also looked up in the index below that window, within a
-  time budget, as a trigram lookup costs with the matches it sorts;
+- the archive's newest 1,000 rows (kept in this process between sends,
+  chat/search/archive_window.py) and the gap are matched in memory; only the rarest terms are
+  also looked up in the index below that window, within a time budget, as a trigram lookup
+  costs with the matches it sorts;
 - a term weighs BM25's idf (a term in most messages says next to nothing), identifiers twice;
   a long message's score is half length-normalised; the whole message found as a phrase wins;
 - each of the best hits brings the two turns on either side at half its score: a question's
@@ -37,7 +38,8 @@ from django.db import connection
 from chat.context.compose import RecallAsk, Recalled, recall_piece_runes, recall_render
 from chat.errors import SearchTimeout
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
-from chat.search.backends import Scope, index_hits, indexable, window_rows
+from chat.search.archive_window import ArchiveRow, archive_window_read
+from chat.search.backends import Scope, index_hits, indexable
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.selectors import search_deadline
 from chat.search.semantic import rank_fuse, semantic_ranking
@@ -105,24 +107,29 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     if not terms and not nearest:
         return []
     gap = [m for m in ask.gap if m.role in _ROLES and m.content]
-    scope = (
-        Scope(owner_id=ask.owner_id, session_id=ask.session_id, below_id=ask.below_id)
+    # The archive's newest rows (kept between sends) and the gap, matched in memory.
+    window = (
+        archive_window_read(
+            owner_id=ask.owner_id,
+            session_id=ask.session_id,
+            below_id=ask.below_id,
+            size=WINDOW_ROWS,
+        )
         if ask.below_id is not None
         else None
     )
-    # The archive's newest rows and the gap, matched in memory: one statement for every term.
-    window = window_rows(scope=scope, rows=WINDOW_ROWS) if scope is not None else []
-    texts = [(mid, content.casefold()) for mid, role, content in window if role in _ROLES]
+    rows = window.rows if window is not None else []
+    texts = [(r.id, r.folded) for r in rows]
     texts += [(m.id, m.content.casefold()) for m in gap]
     scores: dict[int, float] = defaultdict(float)
     matched_by: dict[int, str] = {}
     asked: set[int] = set()  # matched by the new message itself, not only the turn before
     phrase = " ".join(ask.query.split()).casefold()
-    if len(phrase) >= PHRASE_MIN_CHARS:
-        for mid in [mid for mid, text in texts if phrase in text]:
-            scores[mid] += PHRASE_BONUS
-            matched_by[mid] = phrase
-            asked.add(mid)
+    found = _matches(texts, [*terms, *([phrase] if len(phrase) >= PHRASE_MIN_CHARS else [])])
+    for mid in found.get(phrase, []) if len(phrase) >= PHRASE_MIN_CHARS else []:
+        scores[mid] += PHRASE_BONUS
+        matched_by[mid] = phrase
+        asked.add(mid)
     lengths = [len(text) for _, text in texts]
     average = sum(lengths) / len(lengths) if lengths else 1.0
     length_of = dict(zip((mid for mid, _ in texts), lengths, strict=True))
@@ -130,12 +137,15 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     # The window stands for the whole archive where it holds all of it, or where a term is
     # common in it; a term rare in it is also looked up in the index below it.
     below_window = (
-        Scope(owner_id=ask.owner_id, session_id=ask.session_id, below_id=window[-1][0])
-        if scope is not None and len(window) >= WINDOW_ROWS
+        Scope(
+            owner_id=ask.owner_id,
+            session_id=ask.session_id,
+            below_id=rows[-1].id if rows else window.below_id,
+        )
+        if window is not None and window.more
         else None
     )
-    found = {term: [mid for mid, text in texts if term in text] for term in terms}
-    share = {term: len(ids) / max(len(texts), 1) for term, ids in found.items()}
+    share = {term: len(found[term]) / max(len(texts), 1) for term in terms}
     rare = sorted(
         (t for t in terms if below_window is not None and share[t] < RARE_SHARE and indexable(t)),
         key=lambda t: (share[t], -len(t)),
@@ -168,8 +178,15 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         scores = defaultdict(float, rank_fuse(scores, nearest))
     if not scores:
         return []
-    sequence = [mid for mid, _, _ in reversed(window)] + [m.id for m in ask.gap]
-    return _fit(ask, sequence=sequence, scores=scores, matched_by=matched_by)
+    sequence = [r.id for r in reversed(rows)] + [m.id for m in gap]
+    return _fit(
+        ask, sequence=sequence, scores=scores, matched_by=matched_by, known={r.id: r for r in rows}
+    )
+
+
+def _matches(texts: list[tuple[int, str]], terms: list[str]) -> dict[str, list[int]]:
+    """For each term, the ids of the texts (already case-folded) that contain it."""
+    return {term: [mid for mid, text in texts if term in text] for term in terms}
 
 
 def _index_hits(scope: Scope, term: str) -> list[int]:
@@ -247,6 +264,7 @@ def _fit(
     sequence: list[int],
     scores: dict[int, float],
     matched_by: dict[int, str],
+    known: dict[int, ArchiveRow],
 ) -> list[Recalled]:
     ranked = sorted(scores, key=lambda mid: (-scores[mid], -mid))[:NEIGHBOURED_MAX]
     near = _neighbours(session_id=ask.session_id, ids=ranked, sequence=sequence)
@@ -264,14 +282,16 @@ def _fit(
                 continue
             share = NEIGHBOUR_SHARES[distance - 1] * scores[mid]
             candidates[n] = max(candidates.get(n, 0.0), scores.get(n, 0.0), share)
-    rows = (
-        ChatMessage.objects.filter(
-            session_id=ask.session_id, id__in=list(candidates), role__in=_ROLES
+    # The window's rows are at hand; the gap's and older hits' are read (one statement).
+    by_id = {m: (m, r.role, r.created_at, r.content) for m in candidates if (r := known.get(m))}
+    unknown = [m for m in candidates if m not in by_id]
+    if unknown:
+        rows = (
+            ChatMessage.objects.filter(session_id=ask.session_id, id__in=unknown, role__in=_ROLES)
+            .exclude(status__in=EXCLUDED_FROM_MODEL)
+            .values_list("id", "role", "created_at", "content")
         )
-        .exclude(status__in=EXCLUDED_FROM_MODEL)
-        .values_list("id", "role", "created_at", "content")
-    )
-    by_id = {row[0]: row for row in rows}
+        by_id.update((row[0], row) for row in rows)
     chosen: dict[int, Recalled] = {}
     left = ask.room
     for mid in sorted(candidates, key=lambda m: (-candidates[m], -m)):
