@@ -35,10 +35,10 @@ from time import monotonic
 
 from django.db import connection
 
-from chat.context.compose import RecallAsk, Recalled, recall_piece_runes, recall_render
+from chat.context.compose import RecallAsk, Recalled, recall_piece_runes, recall_render_runes
 from chat.errors import SearchTimeout
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
-from chat.search.archive_window import ArchiveRow, archive_window_read
+from chat.search.archive_window import ArchiveRow, ArchiveWindow, archive_window_read
 from chat.search.backends import Scope, index_hits, indexable
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.selectors import search_deadline
@@ -97,7 +97,7 @@ def recall_auto(ask: RecallAsk) -> list[Recalled]:
         ask.session_id,
         len(recalled),
         len(nearest),
-        len(recall_render(recalled)),
+        recall_render_runes(recalled),
     )
     return recalled
 
@@ -119,21 +119,22 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         else None
     )
     rows = window.rows if window is not None else []
-    texts = [(r.id, r.folded) for r in rows]
-    texts += [(m.id, m.content.casefold()) for m in gap]
+    gap_texts = [(m.id, m.content.casefold()) for m in gap]
     scores: dict[int, float] = defaultdict(float)
     matched_by: dict[int, str] = {}
     asked: set[int] = set()  # matched by the new message itself, not only the turn before
     phrase = " ".join(ask.query.split()).casefold()
-    found = _matches(texts, [*terms, *([phrase] if len(phrase) >= PHRASE_MIN_CHARS else [])])
+    found = _matches(
+        window, gap_texts, [*terms, *([phrase] if len(phrase) >= PHRASE_MIN_CHARS else [])]
+    )
     for mid in found.get(phrase, []) if len(phrase) >= PHRASE_MIN_CHARS else []:
         scores[mid] += PHRASE_BONUS
         matched_by[mid] = phrase
         asked.add(mid)
-    lengths = [len(text) for _, text in texts]
-    average = sum(lengths) / len(lengths) if lengths else 1.0
-    length_of = dict(zip((mid for mid, _ in texts), lengths, strict=True))
-    total = max(ask.messages, len(texts), 1)
+    length_of = {r.id: len(r.folded) for r in rows} | {mid: len(t) for mid, t in gap_texts}
+    average = sum(length_of.values()) / len(length_of) if length_of else 1.0
+    searched = max(len(length_of), 1)
+    total = max(ask.messages, searched)
     # The window stands for the whole archive where it holds all of it, or where a term is
     # common in it; a term rare in it is also looked up in the index below it.
     below_window = (
@@ -145,7 +146,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         if window is not None and window.more
         else None
     )
-    share = {term: len(found[term]) / max(len(texts), 1) for term in terms}
+    share = {term: len(found[term]) / searched for term in terms}
     rare = sorted(
         (t for t in terms if below_window is not None and share[t] < RARE_SHARE and indexable(t)),
         key=lambda t: (share[t], -len(t)),
@@ -184,9 +185,18 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     )
 
 
-def _matches(texts: list[tuple[int, str]], terms: list[str]) -> dict[str, list[int]]:
-    """For each term, the ids of the texts (already case-folded) that contain it."""
-    return {term: [mid for mid, text in texts if term in text] for term in terms}
+def _matches(
+    window: ArchiveWindow | None, gap: list[tuple[int, str]], terms: list[str]
+) -> dict[str, list[int]]:
+    """For each term (case-folded), the ids of the window's rows and the gap's texts (already
+    case-folded) that contain it."""
+    return {
+        term: [
+            *(window.containing(term) if window is not None else []),
+            *(mid for mid, text in gap if term in text),
+        ]
+        for term in terms
+    }
 
 
 def _index_hits(scope: Scope, term: str) -> list[int]:
@@ -298,6 +308,10 @@ def _fit(
         if mid not in by_id or not by_id[mid][3]:
             continue
         _, role, created_at, content = by_id[mid]
+        if min(len(content), EXCERPT_RUNES) >= left:
+            # Its quote would cost more than its text: no need to cut and price it (most
+            # candidates, once the room is nearly full).
+            continue
         text = cut_around(content, around=matched_by.get(mid, ""), runes=EXCERPT_RUNES)
         piece = Recalled(id=mid, role=role, created_at=created_at, content=text)
         cost = recall_piece_runes(piece, first=not chosen)

@@ -3,13 +3,17 @@ holds must always be what the database holds under the bound."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import given
+from hypothesis import strategies as st
 
 from chat.models import ChatMessage, MessageRole, MessageStatus
 from chat.search import archive_window
-from chat.search.archive_window import archive_window_read
+from chat.search.archive_window import ArchiveRow, archive_window_read
 from chat.services.sessions import message_truncate
 from tests.factories import ChatSessionFactory, make_conversation
 
@@ -102,3 +106,90 @@ def test_the_cache_is_bounded_least_recently_used_first_out(owner, monkeypatch):
     kept = {key[1] for key in archive_window._windows}
     assert kept == {sessions[0].pk, sessions[2].pk}
     assert archive_window._kept_runes == sum(w.runes for w in archive_window._windows.values())
+
+
+_TEXTS = (
+    "Deploy db.example.org on Friday (port 5432).",
+    "The door code is 4471-KX, the key under the blue pot!",
+    "我的密码是 hunter2，端口是8080。生日在五月",
+    "Straße und STRASSE; naïve café — ÄRGER",
+    "painting, painted, paints... and PAINT-7",
+    "a--b c__d e:f/g #tag @user",
+    "ice cream truck? nice cream trucks!",
+)
+_TERMS = (
+    "db.example.org",
+    "example",
+    "5432",
+    "4471-kx",
+    "blue pot",
+    "pot!",
+    "密码",
+    "端口是",
+    "8080",
+    "strasse",
+    "straße",
+    "ärger",
+    "café",
+    "paint",
+    "paint-7",
+    "a--b",
+    "c__d",
+    "e:f/g",
+    "#tag",
+    "tag",
+    "@user",
+    "ice cream truck",
+    "cream trucks!",
+    "ream truc",
+    "nowhere",
+    "t",
+    ".",
+)
+
+
+def test_a_window_finds_exactly_the_rows_that_contain_a_term(owner):
+    """The word index must find what `term in text` finds: every term, phrase and bit of
+    punctuation, before and after the window moves and its oldest rows fall off."""
+    session = ChatSessionFactory.create(owner=owner)
+    made = [
+        ChatMessage.objects.create(
+            session=session,
+            role=(MessageRole.USER, MessageRole.ASSISTANT)[i % 2],
+            content=_TEXTS[i % len(_TEXTS)] + f" #{i}",
+        )
+        for i in range(30)
+    ]
+    for bound in (made[12].pk, made[20].pk, made[29].pk):
+        window = _read(session, below_id=bound, size=9)
+        for term in (*_TERMS, "#1", "#2"):
+            term = term.casefold()
+            expected = [r.id for r in window.rows if term in r.folded]
+            assert window.containing(term) == expected, term
+
+
+_ALPHABET = st.sampled_from("aAbß é.-_:#,!?密码\n\t\u2028 İ")
+
+
+@given(
+    texts=st.lists(st.text(_ALPHABET, max_size=24), min_size=1, max_size=8),
+    pick=st.tuples(st.integers(0, 7), st.integers(0, 23), st.integers(1, 8)),
+    extra=st.text(_ALPHABET, min_size=1, max_size=6),
+)
+def test_the_word_index_agrees_with_substring_search(texts, pick, extra):
+    rows = [
+        ArchiveRow(i + 1, MessageRole.USER, datetime.now(UTC), text, text.casefold())
+        for i, text in enumerate(texts)
+    ]
+    newest_first = rows[::-1]
+    older, newer = newest_first[len(rows) // 2 :], newest_first[: len(rows) // 2]
+    # Built in two steps, as a window that moved: the index of the older rows, extended.
+    words = archive_window._EMPTY_INDEX.extended(older[::-1]).extended(newer[::-1])
+    window = archive_window._window(
+        below_id=len(rows) + 1, rows=newest_first, more=False, size=99, read_at=0.0, words=words
+    )
+    source = texts[pick[0] % len(texts)].casefold()
+    for term in (source[pick[1] : pick[1] + pick[2]], extra.casefold()):
+        if term.strip():
+            expected = [r.id for r in newest_first if term in r.folded]
+            assert window.containing(term) == expected
