@@ -197,6 +197,26 @@ def window_rows(
     ]
 
 
+def rows_by_id(*, scope: Scope, ids: list[int]) -> list[tuple[int, str, str, datetime, str]]:
+    """The scope's messages among `ids` as (id, role, status, created_at, content), whatever
+    their role and status (the caller filters). Raw SQL, as window_rows: recall reads these
+    before the first token, and the ORM's statement building and row conversion cost more
+    than the database's answer."""
+    if not ids:
+        return []
+    where, params = _scope_sql(Scope(owner_id=scope.owner_id, session_id=scope.session_id))
+    marks = ", ".join(["%s"] * len(ids))
+    found = _fetch(
+        "SELECT m.id, m.role, m.status, m.created_at, m.content FROM chat_messages m "  # noqa: S608
+        f"WHERE {where} AND m.id IN ({marks})",
+        [*params, *ids],
+    )
+    return [
+        (int(mid), str(role), str(status), _datetime(created_at), str(content))
+        for mid, role, status, created_at, content in found
+    ]
+
+
 def _datetime(value: Any) -> datetime:
     """A created_at as the database gave it (raw SQL on SQLite: an ISO string), aware UTC."""
     if isinstance(value, datetime):
@@ -224,6 +244,31 @@ def window_hits(*, scope: Scope, query: str, window: Window, limit: int) -> list
 def index_hits(*, scope: Scope, query: str, limit: int) -> list[int]:
     """Ids of the scope's messages that contain `query` (3+ characters), newest first, found
     through the trigram index."""
+    sql, params = _index_sql(scope=scope, query=query, limit=limit, arm=0)
+    return [int(r[1]) for r in _fetch(sql, params)]
+
+
+def index_hits_many(*, scope: Scope, queries: list[str], limit: int) -> dict[str, list[int]]:
+    """index_hits of each of `queries`, in one statement (UNION ALL): automatic recall looks
+    up several rare terms before the first token, and on PostgreSQL planning each lookup and
+    its round trip cost as much as running it."""
+    if not queries:
+        return {}
+    arms = [_index_sql(scope=scope, query=q, limit=limit, arm=i) for i, q in enumerate(queries)]
+    if connection.vendor == "sqlite":
+        # A compound SELECT takes ORDER BY and LIMIT only at its end: each arm is a subquery.
+        # The arms are this module's fixed SQL; every value is a bound parameter.
+        sql = " UNION ALL ".join(f"SELECT * FROM ({arm})" for arm, _ in arms)  # noqa: S608
+    else:
+        sql = " UNION ALL ".join(f"({arm})" for arm, _ in arms)
+    found: dict[str, list[int]] = {q: [] for q in queries}
+    for arm, mid in _fetch(sql, [p for _, params in arms for p in params]):
+        found[queries[int(arm)]].append(int(mid))
+    return found
+
+
+def _index_sql(*, scope: Scope, query: str, limit: int, arm: int) -> tuple[str, list[Any]]:
+    """One index lookup's statement, its rows (arm, id): `arm` tells the caller which."""
     if not indexable(query):
         raise ValueError("the trigram index has nothing to look up in this query")
     where, params = _scope_sql(scope)
@@ -233,10 +278,10 @@ def index_hits(*, scope: Scope, query: str, limit: int) -> list[int]:
         # visit every message of the session. rowid is the message id.
         # The paging bound on the FTS side as well, so FTS5 starts its walk there.
         below = "" if scope.below_id is None else "AND f.rowid < %s "
-        rows = _fetch(
-            "SELECT f.rowid FROM chat_message_fts f CROSS JOIN chat_messages m "  # noqa: S608
-            f"ON m.id = f.rowid WHERE chat_message_fts MATCH %s {below}AND {where} "
-            "ORDER BY f.rowid DESC LIMIT %s",
+        return (
+            f"SELECT {int(arm)} AS arm, f.rowid FROM chat_message_fts f "  # noqa: S608
+            f"CROSS JOIN chat_messages m ON m.id = f.rowid WHERE chat_message_fts MATCH %s "
+            f"{below}AND {where} ORDER BY f.rowid DESC LIMIT %s",
             [
                 _fts_phrase(query),
                 *([] if scope.below_id is None else [scope.below_id]),
@@ -244,14 +289,12 @@ def index_hits(*, scope: Scope, query: str, limit: int) -> list[int]:
                 limit,
             ],
         )
-    else:
-        contains, contains_params = _contains_sql(query)
-        rows = _fetch(
-            f"SELECT m.id FROM chat_messages m WHERE {where} AND {contains} "  # noqa: S608
-            "ORDER BY m.id DESC LIMIT %s",
-            [*params, *contains_params, limit],
-        )
-    return [int(r[0]) for r in rows]
+    contains, contains_params = _contains_sql(query)
+    return (
+        f"SELECT {int(arm)} AS arm, m.id FROM chat_messages m WHERE {where} "  # noqa: S608
+        f"AND {contains} ORDER BY m.id DESC LIMIT %s",
+        [*params, *contains_params, limit],
+    )
 
 
 def caseless(query: str) -> bool:

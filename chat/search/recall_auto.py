@@ -11,8 +11,8 @@ How "best" is found without embeddings (lexical, BM25-like):
   it, which only sharpen what the new message matches ("and when was that?");
 - the archive's newest 1,000 rows (kept in this process between sends,
   chat/search/archive_window.py) and the gap are matched in memory; only the rarest terms are
-  also looked up in the index below that window, within a time budget, as a trigram lookup
-  costs with the matches it sorts;
+  also looked up in the index below that window (at most three, in one statement), as a
+  trigram lookup costs with the matches it reads;
 - a term weighs BM25's idf (a term in most messages says next to nothing), identifiers twice;
   a long message's score is half length-normalised; the whole message found as a phrase wins;
 - each of the best hits brings the two turns on either side at half its score: a question's
@@ -31,7 +31,7 @@ import itertools
 import logging
 import math
 from collections import defaultdict
-from time import monotonic
+from collections.abc import Callable
 
 from django.db import connection
 
@@ -39,7 +39,7 @@ from chat.context.compose import RecallAsk, Recalled, recall_piece_runes, recall
 from chat.errors import SearchTimeout
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
 from chat.search.archive_window import ArchiveRow, ArchiveWindow, archive_window_read
-from chat.search.backends import Scope, index_hits, indexable
+from chat.search.backends import Scope, index_hits_many, indexable, rows_by_id
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.selectors import search_deadline
 from chat.search.semantic import rank_fuse, semantic_ranking
@@ -49,7 +49,7 @@ logger = logging.getLogger("chat.search")
 
 TERMS_MAX = 8
 CONTEXT_TERMS_MAX = 3
-# The archive's newest rows, matched in memory against every term (one statement).
+# The archive's newest rows, matched in memory against every term.
 WINDOW_ROWS = 1000
 # A term in less of that window than this is rare: the index is asked for its older matches,
 # for the rarest INDEX_TERMS_MAX such terms (on PostgreSQL a trigram lookup costs with the
@@ -58,9 +58,6 @@ RARE_SHARE = 0.005
 INDEX_TERMS_MAX = 3
 # Matches asked of the index per rare term.
 TERM_HITS = 40
-# Index lookups start only within this much of the recall (it runs before the first token);
-# past it, the window's and the gap's matches stand alone.
-INDEX_SECONDS = 0.05
 # BM25's length normalisation, halfway: a long message matches more terms by chance.
 LENGTH_NORM = 0.5
 # Hits whose neighbours are looked up (one statement): the best ones, which the room can hold.
@@ -151,12 +148,11 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         (t for t in terms if below_window is not None and share[t] < RARE_SHARE and indexable(t)),
         key=lambda t: (share[t], -len(t)),
     )[:INDEX_TERMS_MAX]
-    started = monotonic()
+    older = _index_hits(below_window, rare) if below_window is not None else {}
     for term, weight in terms.items():
         ids = found[term]
         if term in rare:
-            if below_window is not None and monotonic() - started < INDEX_SECONDS:
-                ids = ids + _index_hits(below_window, term)
+            ids = ids + older.get(term, [])
             df = max(len(ids), 1)
         else:
             df = max(int(share[term] * total), len(ids), 1)
@@ -199,14 +195,14 @@ def _matches(
     }
 
 
-def _index_hits(scope: Scope, term: str) -> list[int]:
-    """The term's newest matches below the window; none when the search runs out of time (the
-    other terms still count)."""
+def _index_hits(scope: Scope, terms: list[str]) -> dict[str, list[int]]:
+    """The terms' newest matches below the window, in one statement; none when the search runs
+    out of time (the window's matches still count)."""
     try:
-        return index_hits(scope=scope, query=term, limit=TERM_HITS)
+        return index_hits_many(scope=scope, queries=terms, limit=TERM_HITS)
     except SearchTimeout:
         logger.info("chat_context_recall_term_timeout session=%s", scope.session_id)
-        return []
+        return {}
 
 
 def _neighbours(
@@ -296,12 +292,12 @@ def _fit(
     by_id = {m: (m, r.role, r.created_at, r.content) for m in candidates if (r := known.get(m))}
     unknown = [m for m in candidates if m not in by_id]
     if unknown:
-        rows = (
-            ChatMessage.objects.filter(session_id=ask.session_id, id__in=unknown, role__in=_ROLES)
-            .exclude(status__in=EXCLUDED_FROM_MODEL)
-            .values_list("id", "role", "created_at", "content")
+        scope = Scope(owner_id=ask.owner_id, session_id=ask.session_id)
+        by_id.update(
+            (mid, (mid, role, created_at, content))
+            for mid, role, status, created_at, content in rows_by_id(scope=scope, ids=unknown)
+            if role in _ROLES and status not in EXCLUDED_FROM_MODEL
         )
-        by_id.update((row[0], row) for row in rows)
     chosen: dict[int, Recalled] = {}
     left = ask.room
     for mid in sorted(candidates, key=lambda m: (-candidates[m], -m)):
@@ -320,28 +316,36 @@ def _fit(
         chosen[mid] = piece
         left -= cost
     ordered = sorted(chosen.values(), key=lambda m: m.id)
-    return _runs(ordered, pairs=_adjacent_pairs(sequence, near))
+    return _runs(ordered, adjacent=_adjacency(sequence, near))
 
 
-def _runs(recalled: list[Recalled], *, pairs: set[tuple[int, int]]) -> list[Recalled]:
+def _runs(recalled: list[Recalled], *, adjacent: Callable[[int, int], bool]) -> list[Recalled]:
     """`recalled` with `follows` set where the message before it here is the one just before it
-    in the conversation (`pairs`: known (before, after) pairs): one dated header per run of
-    adjacent messages (so the rendering can only shrink from what `_fit` charged)."""
+    in the conversation: one dated header per run of adjacent messages (so the rendering can
+    only shrink from what `_fit` charged)."""
     out: list[Recalled] = []
     for m in recalled:
-        adjacent = bool(out) and (out[-1].id, m.id) in pairs
-        out.append(Recalled(m.id, m.role, m.created_at, m.content, follows=adjacent))
+        follows = bool(out) and adjacent(out[-1].id, m.id)
+        out.append(Recalled(m.id, m.role, m.created_at, m.content, follows=follows))
     return out
 
 
-def _adjacent_pairs(
+def _adjacency(
     sequence: list[int], near: dict[int, list[tuple[int, int]]]
-) -> set[tuple[int, int]]:
-    """Every (before, after) pair of messages known to follow each other: the window and the
-    gap's sequence, and each looked-up hit's neighbours in a row."""
-    pairs = set(itertools.pairwise(sequence))
+) -> Callable[[int, int], bool]:
+    """Whether one message follows another in the conversation, as far as known: in the window
+    and the gap's sequence, or among a looked-up hit's neighbours (a run around the hit)."""
+    position = {mid: i for i, mid in enumerate(sequence)}
+    pairs: set[tuple[int, int]] = set()
     for hit, found in near.items():
-        before = sorted(n for n, _ in found if n < hit)
-        after = sorted(n for n, _ in found if n > hit)
-        pairs.update(itertools.pairwise([*before, hit, *after]))
-    return pairs
+        if hit not in position:
+            run = sorted([hit, *(n for n, _ in found)])
+            pairs.update(itertools.pairwise(run))
+
+    def adjacent(before: int, after: int) -> bool:
+        i, j = position.get(before), position.get(after)
+        if i is not None and j is not None:
+            return j == i + 1
+        return (before, after) in pairs
+
+    return adjacent

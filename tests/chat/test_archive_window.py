@@ -193,3 +193,13 @@ def test_the_word_index_agrees_with_substring_search(texts, pick, extra):
         if term.strip():
             expected = [r.id for r in newest_first if term in r.folded]
             assert window.containing(term) == expected
+
+
+def test_a_bound_moved_far_reads_the_window_anew(owner, monkeypatch):
+    monkeypatch.setattr(archive_window, "_DELTA_ROWS_MAX", 3)
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=20)]
+    _read(session, below_id=ids[10])
+    moved = _read(session, below_id=ids[30])
+    assert [r.id for r in moved.rows] == _ids_in_db(session, below_id=ids[30], size=10)
+    assert moved.more

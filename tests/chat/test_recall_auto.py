@@ -20,6 +20,8 @@ from chat.context.compose import (
     recall_render_runes,
 )
 from chat.models import ChatMessage, ChatSession, MessageRole
+from chat.search import recall_auto as recall_auto_module
+from chat.search.backends import Scope, index_hits, index_hits_many
 from chat.search.recall_auto import recall_auto
 from chat.search.terms import term_stem
 from tests.chat.recall_setup import FACT, SMALL, archived_session, last_reply, recall_settings, send
@@ -192,3 +194,37 @@ def test_the_counted_rendering_is_the_rendering():
             for i in range(rng.randint(1, 5))
         ]
         assert recall_render_runes(items) == len(recall_render(items)), items
+
+
+def test_a_rare_term_older_than_the_window_is_found_through_the_index(owner, monkeypatch):
+    """Past the archive's newest rows (the window, matched in memory) only the index finds a
+    term: a rare one is looked up there, with its neighbours, as the window would have."""
+    rows = [
+        (MessageRole.USER, "Where did we park the van?"),
+        (MessageRole.ASSISTANT, "The van is parked behind the depot, bay 7731-Q."),
+        (MessageRole.USER, "Thanks, noted."),
+    ]
+    rows += [(MessageRole.USER, f"filler chatter number {i} about lunch") for i in range(30)]
+    session = _archive(owner, rows)
+    question = "which bay was 7731-Q again?"
+    whole = recall_auto(_ask(session, question))
+    monkeypatch.setattr(recall_auto_module, "WINDOW_ROWS", 5)
+    below = recall_auto(_ask(session, question))
+    text = recall_render(below)
+    assert "> assistant: The van is parked behind the depot, bay 7731-Q." in text
+    assert "> user: Where did we park the van?\n> assistant: The van is parked" in text
+    assert [m.id for m in below][:3] == [m.id for m in whole][:3]
+
+
+def test_several_index_lookups_in_one_statement_find_what_each_finds(owner):
+    session = _archive(
+        owner,
+        [(MessageRole.USER, f"alpha{i % 3} bravo{i % 5} charlie {i}") for i in range(40)],
+    )
+    scope = Scope(
+        owner_id=owner.pk, session_id=session.pk, below_id=session.verbatim_since_message_id
+    )
+    queries = ["alpha1", "bravo4", "charlie", "nothing-here", "ALPHA2"]
+    together = index_hits_many(scope=scope, queries=queries, limit=7)
+    assert together == {q: index_hits(scope=scope, query=q, limit=7) for q in queries}
+    assert len(together["charlie"]) == 7 and together["nothing-here"] == []
