@@ -40,6 +40,8 @@ CACHE_RUNES_MAX = 16_000_000
 ENTRY_RUNES_MAX = CACHE_RUNES_MAX // 8
 # Messages do not change (see above): this only bounds how long a kept entry is trusted.
 ENTRY_SECONDS = 900.0
+# Index lookups kept per window (term and bound), each up to recall's TERM_HITS ids.
+OLDER_TERMS_MAX = 256
 # A bound moved by more rows than this is read as a new window (one statement either way).
 _DELTA_ROWS_MAX = 200
 _RECALLED_ROLES = frozenset((MessageRole.USER, MessageRole.ASSISTANT))
@@ -117,6 +119,10 @@ class ArchiveWindow:
     read_at: float
     runes: int  # what it holds, content and folded copy: its share of CACHE_RUNES_MAX
     words: WordIndex
+    # Index lookups below the window, by (the id they were below, term): recall's rare terms
+    # (chat/search/recall_auto.py). The rows under a bound never change (see above), and a
+    # rare word of a question tends to come back in the next ones; bounded by OLDER_TERMS_MAX.
+    older_hits: dict[tuple[int, str], list[int]]
 
     def containing(self, term: str) -> list[int]:
         """The ids of the rows that contain `term` (case-folded), newest first."""
@@ -132,6 +138,13 @@ class ArchiveWindow:
         return [r.id for r in self.rows if (maybe is None or r.id in maybe) and term in r.folded]
 
 
+def older_hits_keep(window: ArchiveWindow, found: dict[tuple[int, str], list[int]]) -> None:
+    """Keep index lookups below `window` (a plain dict: a lost race only costs a lookup)."""
+    if len(window.older_hits) + len(found) > OLDER_TERMS_MAX:
+        window.older_hits.clear()
+    window.older_hits.update(found)
+
+
 def _window(
     *,
     below_id: int,
@@ -140,9 +153,10 @@ def _window(
     size: int,
     read_at: float,
     words: WordIndex,
+    older_hits: dict[tuple[int, str], list[int]] | None = None,
 ) -> ArchiveWindow:
     runes = sum(2 * len(r.content) for r in rows) + 2 * len(words.vocabulary)
-    return ArchiveWindow(below_id, rows, more, size, read_at, runes, words)
+    return ArchiveWindow(below_id, rows, more, size, read_at, runes, words, older_hits or {})
 
 
 _lock = threading.Lock()
@@ -182,6 +196,8 @@ def archive_window_read(
                 size=size,
                 read_at=kept.read_at,
                 words=kept.words.extended(added),
+                # A copy: the entries of a bound this window no longer has are never asked for.
+                older_hits=dict(kept.older_hits),
             )
             _keep(key, window)
             return window

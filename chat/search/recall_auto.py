@@ -38,7 +38,12 @@ from django.db import connection
 from chat.context.compose import RecallAsk, Recalled, recall_piece_runes, recall_render_runes
 from chat.errors import SearchTimeout
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
-from chat.search.archive_window import ArchiveRow, ArchiveWindow, archive_window_read
+from chat.search.archive_window import (
+    ArchiveRow,
+    ArchiveWindow,
+    archive_window_read,
+    older_hits_keep,
+)
 from chat.search.backends import Scope, index_hits_many, indexable, rows_by_id
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.selectors import search_deadline
@@ -148,7 +153,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         (t for t in terms if below_window is not None and share[t] < RARE_SHARE and indexable(t)),
         key=lambda t: (share[t], -len(t)),
     )[:INDEX_TERMS_MAX]
-    older = _index_hits(below_window, rare) if below_window is not None else {}
+    older = _older_hits(window, below_window, rare) if window and below_window else {}
     for term, weight in terms.items():
         ids = found[term]
         if term in rare:
@@ -195,14 +200,26 @@ def _matches(
     }
 
 
-def _index_hits(scope: Scope, terms: list[str]) -> dict[str, list[int]]:
-    """The terms' newest matches below the window, in one statement; none when the search runs
+def _older_hits(window: ArchiveWindow, scope: Scope, terms: list[str]) -> dict[str, list[int]]:
+    """The terms' newest matches below the window: kept from an earlier send's lookup (the
+    rows below a bound never change), else looked up in one statement; none when that runs
     out of time (the window's matches still count)."""
+    assert scope.below_id is not None  # below_window is always bounded
+    kept = {
+        t: window.older_hits[(scope.below_id, t)]
+        for t in terms
+        if (scope.below_id, t) in window.older_hits
+    }
+    asked = [t for t in terms if t not in kept]
+    if not asked:
+        return kept
     try:
-        return index_hits_many(scope=scope, queries=terms, limit=TERM_HITS)
+        found = index_hits_many(scope=scope, queries=asked, limit=TERM_HITS)
     except SearchTimeout:
         logger.info("chat_context_recall_term_timeout session=%s", scope.session_id)
-        return {}
+        return kept
+    older_hits_keep(window, {(scope.below_id, t): ids for t, ids in found.items()})
+    return kept | found
 
 
 def _neighbours(

@@ -228,3 +228,22 @@ def test_several_index_lookups_in_one_statement_find_what_each_finds(owner):
     together = index_hits_many(scope=scope, queries=queries, limit=7)
     assert together == {q: index_hits(scope=scope, query=q, limit=7) for q in queries}
     assert len(together["charlie"]) == 7 and together["nothing-here"] == []
+
+
+def test_a_rare_terms_lookup_below_the_window_is_kept_for_the_next_send(owner, monkeypatch):
+    rows = [(MessageRole.USER, "The spare key hides under pot 7731-Q.")]
+    rows += [(MessageRole.USER, f"filler chatter number {i} about lunch") for i in range(30)]
+    session = _archive(owner, rows)
+    monkeypatch.setattr(recall_auto_module, "WINDOW_ROWS", 5)
+    asked: list[list[str]] = []
+    looked_up = recall_auto_module.index_hits_many
+
+    def spy(**kwargs):
+        asked.append(list(kwargs["queries"]))
+        return looked_up(**kwargs)
+
+    monkeypatch.setattr(recall_auto_module, "index_hits_many", spy)
+    first = recall_render(recall_auto(_ask(session, "where is 7731-Q?")))
+    again = recall_render(recall_auto(_ask(session, "is 7731-Q under the hedgehog?")))
+    assert "7731-Q." in first and "7731-Q." in again
+    assert asked == [["7731-q"], ["hedgehog", "under"]]  # 7731-q: kept from the first
