@@ -94,19 +94,32 @@ def recall_piece_runes(m: Recalled, *, first: bool) -> int:
     """What `m` adds to `recall_render`'s output: its piece and the separator before it.
     Counted, not rendered: recall prices hundreds of candidates before every first token
     (tests/chat/test_recall_auto.py checks it against the rendering)."""
-    glue = 0 if first else (1 if m.follows else len(SEPARATOR))
+    return _piece_runes(m, first=first, body=_body_runes(m))
+
+
+def _body_runes(m: Recalled) -> int:
+    """`m`'s quoted text as rendered: every line behind QUOTE, the first after "role: ",
+    joined by single line feeds."""
     lines = m.content.splitlines() or [""]
-    # Every line behind QUOTE, the first after "role: ", joined by single line feeds.
-    body = sum(map(len, lines)) + len(lines) * (len(QUOTE) + 1) - 1 + len(m.role) + 2
+    return sum(map(len, lines)) + len(lines) * (len(QUOTE) + 1) - 1 + len(m.role) + 2
+
+
+def _piece_runes(m: Recalled, *, first: bool, body: int) -> int:
+    glue = 0 if first else (1 if m.follows else len(SEPARATOR))
     if m.follows:
         return glue + body
     header = _HEADER_RUNES if m.created_at is not None else _HEADER_UNKNOWN_RUNES
     return glue + header + 1 + body
 
 
-def recall_render_runes(recalled: Sequence[Recalled]) -> int:
-    """len(recall_render(recalled)), counted."""
-    return sum(recall_piece_runes(m, first=not i) for i, m in enumerate(recalled))
+def recall_render_runes(
+    recalled: Sequence[Recalled], *, bodies: dict[int, int] | None = None
+) -> int:
+    """len(recall_render(recalled)), counted; `bodies`: each message's `_body_runes` by id,
+    for a caller that counts the same messages again and again."""
+    if bodies is None:
+        return sum(recall_piece_runes(m, first=not i) for i, m in enumerate(recalled))
+    return sum(_piece_runes(m, first=not i, body=bodies[m.id]) for i, m in enumerate(recalled))
 
 
 def recall_render(recalled: Sequence[Recalled]) -> str:
@@ -215,11 +228,12 @@ def _grow_core(
     """Spend what recall left of `room` on whole turns of the gap, newest first, as plain
     truncation would: a turn recall had picked moves to the tail (and frees its quote)."""
     grown = 0
+    bodies = {m.id: _body_runes(m) for m in recalled}
     for i in reversed([s for s in starts if s < start]):
         turn_runes = sum(m.runes for m in tail[i:start])
         turn_ids = {m.id for m in tail[i:start]}
         kept = _unfollow([m for m in recalled if m.id not in turn_ids])
-        if grown + turn_runes + recall_render_runes(kept) > room:
+        if grown + turn_runes + recall_render_runes(kept, bodies=bodies) > room:
             break
         grown += turn_runes
         start, recalled = i, kept

@@ -123,6 +123,9 @@ class ArchiveWindow:
     # (chat/search/recall_auto.py). The rows under a bound never change (see above), and a
     # rare word of a question tends to come back in the next ones; bounded by OLDER_TERMS_MAX.
     older_hits: dict[tuple[int, str], list[int]]
+    # Derived once per window for recall's ranking: each row by id, its folded length.
+    by_id: dict[int, ArchiveRow]
+    lengths: dict[int, int]
 
     def containing(self, term: str) -> list[int]:
         """The ids of the rows that contain `term` (case-folded), newest first."""
@@ -156,7 +159,11 @@ def _window(
     older_hits: dict[tuple[int, str], list[int]] | None = None,
 ) -> ArchiveWindow:
     runes = sum(2 * len(r.content) for r in rows) + 2 * len(words.vocabulary)
-    return ArchiveWindow(below_id, rows, more, size, read_at, runes, words, older_hits or {})
+    by_id = {r.id: r for r in rows}
+    lengths = {r.id: len(r.folded) for r in rows}
+    return ArchiveWindow(
+        below_id, rows, more, size, read_at, runes, words, older_hits or {}, by_id, lengths
+    )
 
 
 _lock = threading.Lock()

@@ -21,8 +21,9 @@ With an embedding model configured, the messages nearest the query's meaning
 (chat/search/semantic.py) join the ranking by reciprocal-rank fusion: "what pets does she
 have?" finds "we got another cat", which shares no word with it.
 Replies the model is never sent (streaming, failed) and tool results (text fetched from outside,
-the likeliest carrier of an injection) are never recalled. Each search runs under the recall
-deadline; a slow or failing one adds nothing and never fails a send.
+the likeliest carrier of an injection) are never recalled. The index lookups run under the
+recall deadline (the other reads are bounded by their keys); a slow or failing lookup adds
+nothing, and a failing recall never fails a send (the composer sends without it).
 """
 
 from __future__ import annotations
@@ -92,8 +93,7 @@ def recall_auto(ask: RecallAsk) -> list[Recalled]:
     conversation order. Logs `chat_context_recall source=auto`."""
     # Apart from the lexical search's deadline: its own failure leaves lexical recall whole.
     nearest = semantic_ranking(ask)
-    with search_deadline(RECALL_SECONDS):
-        recalled = _recall(ask, nearest=nearest)
+    recalled = _recall(ask, nearest=nearest)
     logger.info(
         "chat_context_recall source=auto session=%s hits=%d semantic=%d runes=%d",
         ask.session_id,
@@ -133,7 +133,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         scores[mid] += PHRASE_BONUS
         matched_by[mid] = phrase
         asked.add(mid)
-    length_of = {r.id: len(r.folded) for r in rows} | {mid: len(t) for mid, t in gap_texts}
+    length_of = (window.lengths if window is not None else {}) | {m: len(t) for m, t in gap_texts}
     average = sum(length_of.values()) / len(length_of) if length_of else 1.0
     searched = max(len(length_of), 1)
     total = max(ask.messages, searched)
@@ -166,12 +166,13 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         # BM25's idf: a term in most messages says next to nothing.
         idf = math.log(1 + (total - df + 0.5) / (df + 0.5))
         idf *= weight * (2.0 if term_is_identifier(term) else 1)
+        # BM25's length normalisation, as (1 - b) + b * length / average.
+        base, scale = 1 - LENGTH_NORM, LENGTH_NORM / average
         for mid in ids:
-            norm = (1 - LENGTH_NORM) + LENGTH_NORM * length_of.get(mid, average) / average
-            scores[mid] += idf / norm
-            matched_by.setdefault(mid, term)
-            if weight == 1.0:
-                asked.add(mid)
+            scores[mid] += idf / (base + scale * length_of.get(mid, average))
+        matched_by = dict.fromkeys(ids, term) | matched_by  # the first term to match names it
+        if weight == 1.0:
+            asked.update(ids)
     if any(weight == 1.0 for weight in terms.values()):
         # The turn before only sharpens what the new message matches ("that bug" after a turn
         # naming it); alone it would recall what the payload holds already.
@@ -182,7 +183,11 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         return []
     sequence = [r.id for r in reversed(rows)] + [m.id for m in gap]
     return _fit(
-        ask, sequence=sequence, scores=scores, matched_by=matched_by, known={r.id: r for r in rows}
+        ask,
+        sequence=sequence,
+        scores=scores,
+        matched_by=matched_by,
+        known=window.by_id if window is not None else {},
     )
 
 
@@ -214,7 +219,12 @@ def _older_hits(window: ArchiveWindow, scope: Scope, terms: list[str]) -> dict[s
     if not asked:
         return kept
     try:
-        found = index_hits_many(scope=scope, queries=asked, limit=TERM_HITS)
+        # The only statements of recall that can run long (a term with many trigram matches):
+        # under the recall deadline. The rest read rows by key ranges and ids, bounded; a
+        # deadline around them cost PostgreSQL four round trips (a savepoint, the timeout set
+        # and put back) on every send.
+        with search_deadline(RECALL_SECONDS):
+            found = index_hits_many(scope=scope, queries=asked, limit=TERM_HITS)
     except SearchTimeout:
         logger.info("chat_context_recall_term_timeout session=%s", scope.session_id)
         return kept

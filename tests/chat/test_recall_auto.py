@@ -19,6 +19,7 @@ from chat.context.compose import (
     recall_render,
     recall_render_runes,
 )
+from chat.errors import SearchTimeout
 from chat.models import ChatMessage, ChatSession, MessageRole
 from chat.search import recall_auto as recall_auto_module
 from chat.search.backends import Scope, index_hits, index_hits_many
@@ -247,3 +248,19 @@ def test_a_rare_terms_lookup_below_the_window_is_kept_for_the_next_send(owner, m
     again = recall_render(recall_auto(_ask(session, "is 7731-Q under the hedgehog?")))
     assert "7731-Q." in first and "7731-Q." in again
     assert asked == [["7731-q"], ["hedgehog", "under"]]  # 7731-q: kept from the first
+
+
+def test_an_index_lookup_out_of_time_leaves_the_windows_matches(owner, monkeypatch, caplog):
+    rows = [(MessageRole.USER, "The spare key hides under pot 7731-Q.")]
+    rows += [(MessageRole.USER, f"filler chatter number {i} about the pot") for i in range(30)]
+    session = _archive(owner, rows)
+    monkeypatch.setattr(recall_auto_module, "WINDOW_ROWS", 5)
+
+    def slow(**kwargs):
+        raise SearchTimeout("too slow")
+
+    monkeypatch.setattr(recall_auto_module, "index_hits_many", slow)
+    with caplog.at_level(logging.INFO, logger="chat.search"):
+        found = recall_render(recall_auto(_ask(session, "which pot is 7731-Q?")))
+    assert "filler chatter number 29 about the pot" in found and "7731-Q." not in found
+    assert "chat_context_recall_term_timeout" in caplog.text
