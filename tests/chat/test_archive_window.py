@@ -168,7 +168,7 @@ def test_a_window_finds_exactly_the_rows_that_contain_a_term(owner):
             assert window.containing(term) == expected, term
 
 
-_ALPHABET = st.sampled_from("aAbß é.-_:#,!?密码\n\t\u2028 İ")
+_ALPHABET = st.sampled_from("aAbß é.-_:#,!?密码\n\t\u2028\x1c\u3000 İ")
 
 
 @given(
