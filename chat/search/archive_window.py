@@ -6,7 +6,8 @@ older than the payload's tail. Reading and case-folding them again each time was
 what recall added before the first token (2 of ~6 ms for 1,000 rows on SQLite, more on
 PostgreSQL), and those rows hardly change from one send to the next:
 
-- messages are never edited (the admin shows them read-only); a session loses messages only
+- messages are never edited (the admin shows them read-only; a regenerate rewrites only the
+  session's last reply, which is in the tail, never under the bound); a session loses messages only
   by truncation, which deletes every message from one on, and the next send's bound
   (`below_id`, the first message of its tail) is then older than the cut: the cached rows
   under that bound are all still there;
