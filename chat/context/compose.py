@@ -112,6 +112,17 @@ def _piece_runes(m: Recalled, *, first: bool, body: int) -> int:
     return glue + header + 1 + body
 
 
+# The most recall_run_saving can be (a dated header).
+RECALL_RUN_SAVING_MAX = _HEADER_RUNES + 1 + len(SEPARATOR) - 1
+
+
+def recall_run_saving(m: Recalled) -> int:
+    """What `m` adds less to the rendering when it continues a run than when it opens one (after
+    some other piece): its header and the header's line feed, and one of the blank line's two."""
+    header = _HEADER_RUNES if m.created_at is not None else _HEADER_UNKNOWN_RUNES
+    return header + 1 + len(SEPARATOR) - 1
+
+
 def recall_render_runes(
     recalled: Sequence[Recalled], *, bodies: dict[int, int] | None = None
 ) -> int:

@@ -36,7 +36,15 @@ from collections.abc import Callable
 
 from django.db import connection
 
-from chat.context.compose import RecallAsk, Recalled, recall_piece_runes, recall_render_runes
+from chat.context.compose import (
+    RECALL_RUN_SAVING_MAX,
+    SEPARATOR,
+    RecallAsk,
+    Recalled,
+    recall_piece_runes,
+    recall_render_runes,
+    recall_run_saving,
+)
 from chat.errors import SearchTimeout
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
 from chat.search.archive_window import (
@@ -325,25 +333,36 @@ def _fit(
             for mid, role, status, created_at, content in rows_by_id(scope=scope, ids=unknown)
             if role in _ROLES and status not in EXCLUDED_FROM_MODEL
         )
+    order = _Order(sequence, near)
     chosen: dict[int, Recalled] = {}
-    left = ask.room
+    # Every piece is charged as if it opened a run (header and separator); the first piece
+    # rendered has no separator before it.
+    left = ask.room + len(SEPARATOR)
     for mid in sorted(candidates, key=lambda m: (-candidates[m], -m)):
         if mid not in by_id or not by_id[mid][3]:
             continue
         _, role, created_at, content = by_id[mid]
-        if min(len(content), EXCERPT_RUNES) >= left:
-            # Its quote would cost more than its text: no need to cut and price it (most
-            # candidates, once the room is nearly full).
+        if min(len(content), EXCERPT_RUNES) > left + 2 * RECALL_RUN_SAVING_MAX:
+            # Its quote costs more than its text less two headers it could save: no need to
+            # cut and price it (most candidates, once the room is nearly full).
             continue
         text = cut_around(content, around=matched_by.get(mid, ""), runes=EXCERPT_RUNES)
         piece = Recalled(id=mid, role=role, created_at=created_at, content=text)
-        cost = recall_piece_runes(piece, first=not chosen)
+        # Charged what it adds to the rendering: within a run of recalled neighbours a piece
+        # has no header, and the run's next piece loses its own. Charging every piece a header
+        # left a tenth of the room unused once the hits' neighbours came along.
+        cost = recall_piece_runes(piece, first=False)
+        if order.before(mid) in chosen:
+            cost -= recall_run_saving(piece)
+        following = chosen.get(order.after(mid) or -1)
+        if following is not None:
+            cost -= recall_run_saving(following)
         if cost > left:
             continue
         chosen[mid] = piece
         left -= cost
     ordered = sorted(chosen.values(), key=lambda m: m.id)
-    return _runs(ordered, adjacent=_adjacency(sequence, near))
+    return _runs(ordered, adjacent=order.adjacent)
 
 
 def _runs(recalled: list[Recalled], *, adjacent: Callable[[int, int], bool]) -> list[Recalled]:
@@ -357,22 +376,34 @@ def _runs(recalled: list[Recalled], *, adjacent: Callable[[int, int], bool]) -> 
     return out
 
 
-def _adjacency(
-    sequence: list[int], near: dict[int, list[tuple[int, int]]]
-) -> Callable[[int, int], bool]:
-    """Whether one message follows another in the conversation, as far as known: in the window
-    and the gap's sequence, or among a looked-up hit's neighbours (a run around the hit)."""
-    position = {mid: i for i, mid in enumerate(sequence)}
-    pairs: set[tuple[int, int]] = set()
-    for hit, found in near.items():
-        if hit not in position:
-            run = sorted([hit, *(n for n, _ in found)])
-            pairs.update(itertools.pairwise(run))
+class _Order:
+    """Which message follows which in the conversation, as far as recall knows: the window and
+    the gap's sequence (contiguous, in order), and each looked-up hit's run of neighbours."""
 
-    def adjacent(before: int, after: int) -> bool:
-        i, j = position.get(before), position.get(after)
+    def __init__(self, sequence: list[int], near: dict[int, list[tuple[int, int]]]) -> None:
+        self._sequence = sequence
+        self._position = {mid: i for i, mid in enumerate(sequence)}
+        self._after: dict[int, int] = {}
+        self._before: dict[int, int] = {}
+        for hit, found in near.items():
+            if hit not in self._position:
+                for a, b in itertools.pairwise(sorted([hit, *(n for n, _ in found)])):
+                    self._after[a], self._before[b] = b, a
+
+    def adjacent(self, before: int, after: int) -> bool:
+        i, j = self._position.get(before), self._position.get(after)
         if i is not None and j is not None:
             return j == i + 1
-        return (before, after) in pairs
+        return self._after.get(before) == after
 
-    return adjacent
+    def before(self, mid: int) -> int | None:
+        i = self._position.get(mid)
+        if i is None:
+            return self._before.get(mid)
+        return self._sequence[i - 1] if i else self._before.get(mid)
+
+    def after(self, mid: int) -> int | None:
+        i = self._position.get(mid)
+        if i is None or i + 1 == len(self._sequence):
+            return self._after.get(mid)
+        return self._sequence[i + 1]

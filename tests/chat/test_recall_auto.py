@@ -16,8 +16,10 @@ from chat.context.compose import (
     RECALL_HEADING,
     RecallAsk,
     Recalled,
+    recall_piece_runes,
     recall_render,
     recall_render_runes,
+    recall_run_saving,
 )
 from chat.errors import SearchTimeout
 from chat.models import ChatMessage, ChatSession, MessageRole
@@ -195,6 +197,14 @@ def test_the_counted_rendering_is_the_rendering():
             for i in range(rng.randint(1, 5))
         ]
         assert recall_render_runes(items) == len(recall_render(items)), items
+        # What _fit refunds when a piece joins a run.
+        for m in items:
+            opening = Recalled(m.id, m.role, m.created_at, m.content, follows=False)
+            within = Recalled(m.id, m.role, m.created_at, m.content, follows=True)
+            saving = recall_piece_runes(opening, first=False) - recall_piece_runes(
+                within, first=False
+            )
+            assert saving == recall_run_saving(m), m
 
 
 def test_a_rare_term_older_than_the_window_is_found_through_the_index(owner, monkeypatch):
