@@ -16,7 +16,7 @@ from chat.search.selectors import message_ids_search_admin
 from chat.selectors import session_budget, sessions_with_budget
 from chat.services.agents import agent_config_validate
 from chat.services.compaction import session_compact
-from chat.services.sessions import session_context_reset
+from chat.services.sessions import session_context_reset, sessions_messages_changed
 from chat.workers import background_submit
 
 _SNAPSHOT_FIELDS = ContextSnapshot.INSPECTION_FIELDS
@@ -184,6 +184,21 @@ class ChatMessageAdmin(admin.ModelAdmin):
             messages.warning(request, str(exc))
             return queryset.none(), False
         return queryset.filter(id__in=found), False
+
+    # An operator may edit or delete a message (a leaked secret redacted): the session's version
+    # moves, so that no process recalls what was there before.
+    def save_model(self, request: HttpRequest, obj: ChatMessage, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        sessions_messages_changed(session_ids=[obj.session_id])
+
+    def delete_model(self, request: HttpRequest, obj: ChatMessage) -> None:
+        super().delete_model(request, obj)
+        sessions_messages_changed(session_ids=[obj.session_id])
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ChatMessage]) -> None:
+        session_ids = list(queryset.values_list("session_id", flat=True).distinct())
+        super().delete_queryset(request, queryset)
+        sessions_messages_changed(session_ids=session_ids)
 
     @admin.display(description="content")
     def short_content(self, obj: ChatMessage) -> str:

@@ -4,23 +4,24 @@ process between sends.
 Every send of a long chat matches its new message against the newest WINDOW_ROWS messages
 older than the payload's tail. Reading and case-folding them again each time was a third of
 what recall added before the first token (2 of ~6 ms for 1,000 rows on SQLite, more on
-PostgreSQL), and those rows hardly change from one send to the next:
+PostgreSQL), and those rows hardly change from one send to the next. A kept window is used
+only while the session's `context_version` is the one it was read at: every change to the
+messages under a bound moves it (a truncation, a summary rewound, a message edited or deleted
+in the admin, chat/services/sessions.py), and so does a compaction. Within one version:
 
-- messages are never edited (the admin shows them read-only; a regenerate rewrites only the
-  session's last reply, which is in the tail, never under the bound); a session loses messages only
-  by truncation, which deletes every message from one on, and the next send's bound
-  (`below_id`, the first message of its tail) is then older than the cut: the cached rows
-  under that bound are all still there;
-- the bound moves forward as the tail does (a compaction moves the anchor; a chat read in
-  pages moves its tail every send): only the rows between the old and the new bound are
-  read, and the oldest fall off the window's end;
-- replies still streaming or failed are left out, and what is left is decided when a row is
-  read: a reply finishes within the tail, long before the bound passes it. An entry is read
-  again from scratch after ENTRY_SECONDS in any case.
+- the rows under a bound do not change: replies are written only while they stream (in the
+  tail), and a regenerate rewrites only the session's last reply (in the tail, never under the
+  bound);
+- the bound moves forward as the tail does (a chat read in pages moves its tail every send):
+  only the rows between the old and the new bound are read, and the oldest fall off the
+  window's end; a bound that moved back is read anew;
+- replies still streaming or failed are left out, as decided when a row is read. An entry is
+  read again from scratch after ENTRY_SECONDS in any case.
 
-Per process, bounded (CACHE_RUNES_MAX, least recently used first out), keyed by the owner and
-the session (a session id from another owner finds nothing). Everything here is for a
-caller that already checked the session's owner.
+Per process (several processes each keep their own, each checking the version it is given),
+bounded (CACHE_RUNES_MAX, least recently used first out), keyed by the owner and the session
+(a session id from another owner finds nothing). Everything here is for a caller that already
+checked the session's owner.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.backends import Scope, window_rows
 
 # Kept text, in characters, over every session (the content and its folded copy both count).
-CACHE_RUNES_MAX = 16_000_000
+# What is around the text (rows, word lists, postings) costs about as much again, over
+# 5 bytes a character in all for ASCII text: at most ~40-80 MB per process.
+CACHE_RUNES_MAX = 8_000_000
 # One window holding more than this is not kept: it would push out every other session.
 ENTRY_RUNES_MAX = CACHE_RUNES_MAX // 8
 # Messages do not change (see above): this only bounds how long a kept entry is trusted.
@@ -110,6 +113,7 @@ class ArchiveWindow:
     oldest row (the window does not hold the whole archive)."""
 
     below_id: int
+    version: int  # the session's context_version it was read at
     rows: list[ArchiveRow]
     more: bool
     size: int
@@ -147,6 +151,7 @@ def older_hits_keep(window: ArchiveWindow, found: dict[tuple[int, str], list[int
 def _window(
     *,
     below_id: int,
+    version: int,
     rows: list[ArchiveRow],
     more: bool,
     size: int,
@@ -158,7 +163,17 @@ def _window(
     by_id = {r.id: r for r in rows}
     lengths = {r.id: len(r.folded) for r in rows}
     return ArchiveWindow(
-        below_id, rows, more, size, read_at, runes, words, older_hits or {}, by_id, lengths
+        below_id,
+        version,
+        rows,
+        more,
+        size,
+        read_at,
+        runes,
+        words,
+        older_hits or {},
+        by_id,
+        lengths,
     )
 
 
@@ -168,7 +183,7 @@ _kept_runes = 0
 
 
 def archive_window_read(
-    *, owner_id: int, session_id: int, below_id: int, size: int
+    *, owner_id: int, session_id: int, below_id: int, size: int, version: int
 ) -> ArchiveWindow:
     """The newest `size` recallable messages of the session under `below_id`: from this
     process's cache where it holds them (reading only what the bound moved past), else from
@@ -180,6 +195,7 @@ def archive_window_read(
     if (
         kept is not None
         and kept.size == size
+        and kept.version == version
         and kept.below_id <= below_id
         and monotonic() - kept.read_at < ENTRY_SECONDS
     ):
@@ -194,6 +210,7 @@ def archive_window_read(
             rows = [*added, *kept.rows]
             window = _window(
                 below_id=below_id,
+                version=version,
                 rows=rows[:size],
                 more=kept.more or len(rows) > size,
                 size=size,
@@ -208,6 +225,7 @@ def archive_window_read(
     rows = _recallable(found)
     window = _window(
         below_id=below_id,
+        version=version,
         rows=rows,
         # Counted before the filter: rows of other roles below the bound still mean more.
         more=len(found) >= size,

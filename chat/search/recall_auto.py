@@ -124,6 +124,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
             session_id=ask.session_id,
             below_id=ask.below_id,
             size=WINDOW_ROWS,
+            version=ask.version,
         )
         if ask.below_id is not None
         else None
@@ -218,10 +219,9 @@ def _older_hits(window: ArchiveWindow, scope: Scope, terms: list[str]) -> dict[s
     rows below a bound never change), else looked up in one statement; none when that runs
     out of time (the window's matches still count)."""
     assert scope.below_id is not None  # below_window is always bounded
+    # .get, not `in` then []: another thread may clear the kept lookups in between.
     kept = {
-        t: window.older_hits[(scope.below_id, t)]
-        for t in terms
-        if (scope.below_id, t) in window.older_hits
+        t: ids for t in terms if (ids := window.older_hits.get((scope.below_id, t))) is not None
     }
     asked = [t for t in terms if t not in kept]
     if not asked:

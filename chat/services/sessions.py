@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 
 from chat.context import context_reset
 from chat.context.prompt import model_allowed
@@ -52,6 +52,14 @@ def session_delete(*, session: ChatSession) -> None:
     # Messages and snapshots go by ON DELETE CASCADE semantics; they have no signals or
     # dependents, so Django fast-deletes them with one DELETE each instead of loading rows.
     session.delete()
+
+
+def sessions_messages_changed(*, session_ids: list[int]) -> None:
+    """Messages of these sessions were edited or deleted outside a turn (the admin): move their
+    context_version, which tells what was read of them before from what is there now (recall's
+    kept rows, chat/search/archive_window.py, in every process; a compaction in flight, which
+    then does not commit a summary of the old text)."""
+    ChatSession.objects.filter(pk__in=session_ids).update(context_version=F("context_version") + 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from django.contrib import admin as django_admin
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chat.models import ChatMessage, MessageRole, MessageStatus
+from chat.admin import ChatMessageAdmin
+from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.search import archive_window
 from chat.search.archive_window import ArchiveRow, archive_window_read
 from chat.services.sessions import message_truncate
@@ -36,8 +38,14 @@ def _ids_in_db(session, *, below_id: int, size: int) -> list[int]:
 
 
 def _read(session, *, below_id: int, size: int = 10):
+    """The window as a send reads it: at the session's context_version as stored now."""
+    version = ChatSession.objects.values_list("context_version", flat=True).get(pk=session.pk)
     return archive_window_read(
-        owner_id=session.owner_id, session_id=session.pk, below_id=below_id, size=size
+        owner_id=session.owner_id,
+        session_id=session.pk,
+        below_id=below_id,
+        size=size,
+        version=version,
     )
 
 
@@ -48,12 +56,14 @@ def test_a_kept_window_is_read_once_and_moves_with_its_bound(owner):
     assert [r.id for r in first.rows] == _ids_in_db(session, below_id=ids[20], size=10)
     assert first.more
     assert first.rows[0].folded == first.rows[0].content.casefold()
+    version = ChatSession.objects.values_list("context_version", flat=True).get(pk=session.pk)
+    read = {"owner_id": session.owner_id, "session_id": session.pk, "size": 10, "version": version}
     with CaptureQueriesContext(connection) as same:
-        again = _read(session, below_id=ids[20])
+        again = archive_window_read(below_id=ids[20], **read)
     assert len(same) == 0 and again is first
     # The bound moves on by a few messages: only those are read; the oldest fall off.
     with CaptureQueriesContext(connection) as moved:
-        later = _read(session, below_id=ids[26])
+        later = archive_window_read(below_id=ids[26], **read)
     assert len(moved) == 1
     assert [r.id for r in later.rows] == _ids_in_db(session, below_id=ids[26], size=10)
 
@@ -67,6 +77,34 @@ def test_a_truncated_session_never_recalls_what_was_deleted(owner):
     after = _read(session, below_id=ids[8])
     assert [r.id for r in after.rows] == _ids_in_db(session, below_id=ids[8], size=10)
     assert all(r.id < ids[12] for r in after.rows)
+
+
+def test_rows_deleted_by_a_truncation_never_come_back_when_the_bound_moves_past_them(owner):
+    """A cut under the kept bound, then enough new messages that the next bound lies above the
+    old one: a kept window extended by what lies between would still hold the deleted rows."""
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=10)]
+    _read(session, below_id=ids[18])
+    message_truncate(session=session, message_id=ids[12])
+    new = [m.pk for m in make_conversation(session, turns=3)]
+    after = _read(session, below_id=new[-1])
+    assert [r.id for r in after.rows] == _ids_in_db(session, below_id=new[-1], size=10)
+    assert not set(ids[12:]) & {r.id for r in after.rows}
+
+
+def test_a_message_edited_or_deleted_in_the_admin_is_read_again(owner):
+    session = ChatSessionFactory.create(owner=owner)
+    made = make_conversation(session, turns=5)
+    bound = made[-1].pk
+    assert any("question 0" in r.content for r in _read(session, below_id=bound).rows)
+    message_admin = ChatMessageAdmin(ChatMessage, django_admin.site)
+    made[0].content = "redacted"
+    message_admin.save_model(None, made[0], None, True)
+    rows = _read(session, below_id=bound).rows
+    assert "redacted" in [r.content for r in rows]
+    assert not any("question 0" in r.content for r in rows)
+    message_admin.delete_queryset(None, ChatMessage.objects.filter(pk=made[1].pk))
+    assert made[1].pk not in [r.id for r in _read(session, below_id=bound).rows]
 
 
 def test_only_messages_the_model_is_sent_are_kept(owner):
@@ -90,7 +128,7 @@ def test_another_owners_session_id_finds_nothing(owner, outsider):
     session = ChatSessionFactory.create(owner=owner)
     ids = [m.pk for m in make_conversation(session, turns=5)]
     window = archive_window_read(
-        owner_id=outsider.pk, session_id=session.pk, below_id=ids[-1], size=10
+        owner_id=outsider.pk, session_id=session.pk, below_id=ids[-1], size=10, version=0
     )
     assert window.rows == []
 
@@ -186,7 +224,13 @@ def test_the_word_index_agrees_with_substring_search(texts, pick, extra):
     # Built in two steps, as a window that moved: the index of the older rows, extended.
     words = archive_window._EMPTY_INDEX.extended(older[::-1]).extended(newer[::-1])
     window = archive_window._window(
-        below_id=len(rows) + 1, rows=newest_first, more=False, size=99, read_at=0.0, words=words
+        below_id=len(rows) + 1,
+        version=0,
+        rows=newest_first,
+        more=False,
+        size=99,
+        read_at=0.0,
+        words=words,
     )
     source = texts[pick[0] % len(texts)].casefold()
     for term in (source[pick[1] : pick[1] + pick[2]], extra.casefold()):
