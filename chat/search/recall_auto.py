@@ -118,17 +118,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         return []
     gap = [m for m in ask.gap if m.role in _ROLES and m.content]
     # The archive's newest rows (kept between sends) and the gap, matched in memory.
-    window = (
-        archive_window_read(
-            owner_id=ask.owner_id,
-            session_id=ask.session_id,
-            below_id=ask.below_id,
-            size=WINDOW_ROWS,
-            version=ask.version,
-        )
-        if ask.below_id is not None
-        else None
-    )
+    window = _window_of(ask)
     rows = window.rows if window is not None else []
     gap_texts = [(m.id, m.content.casefold()) for m in gap]
     scores: dict[int, float] = defaultdict(float)
@@ -146,17 +136,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     average = sum(length_of.values()) / len(length_of) if length_of else 1.0
     searched = max(len(length_of), 1)
     total = max(ask.messages, searched)
-    # The window stands for the whole archive where it holds all of it, or where a term is
-    # common in it; a term rare in it is also looked up in the index below it.
-    below_window = (
-        Scope(
-            owner_id=ask.owner_id,
-            session_id=ask.session_id,
-            below_id=rows[-1].id if rows else window.below_id,
-        )
-        if window is not None and window.more
-        else None
-    )
+    below_window = _below_window(ask, window)
     share = {term: len(found[term]) / searched for term in terms}
     rare = sorted(
         (t for t in terms if below_window is not None and share[t] < RARE_SHARE and indexable(t)),
@@ -198,6 +178,29 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         matched_by=matched_by,
         known=window.by_id if window is not None else {},
     )
+
+
+def _window_of(ask: RecallAsk) -> ArchiveWindow | None:
+    """The archive's newest WINDOW_ROWS rows, kept between sends; None with no archive."""
+    if ask.below_id is None:
+        return None
+    return archive_window_read(
+        owner_id=ask.owner_id,
+        session_id=ask.session_id,
+        below_id=ask.below_id,
+        size=WINDOW_ROWS,
+        version=ask.version,
+    )
+
+
+def _below_window(ask: RecallAsk, window: ArchiveWindow | None) -> Scope | None:
+    """Where the index is asked for a rare term's older matches: the archive below the window,
+    when there is one. The window stands for the whole archive where it holds all of it, or
+    where a term is common in it; a term rare in it is also looked up below it."""
+    if window is None or not window.more:
+        return None
+    below_id = window.rows[-1].id if window.rows else window.below_id
+    return Scope(owner_id=ask.owner_id, session_id=ask.session_id, below_id=below_id)
 
 
 def _matches(
