@@ -53,11 +53,14 @@ class CompactionResult:
         return self.messages_rolled > 0
 
 
-def lease_claim(*, session_id: int) -> str | None:
+def lease_claim(*, session_id: int, version: int) -> str | None:
+    """The lease, only while the session is still at the `version` its caller read. A caller
+    that read the state just before another one committed and released would otherwise get
+    the lease, pay for a summary of what is already summarised and lose at the CAS."""
     token = secrets.token_hex(8)
     now = timezone.now()
     claimed = (
-        ChatSession.objects.filter(pk=session_id)
+        ChatSession.objects.filter(pk=session_id, context_version=version)
         .filter(Q(compaction_lease_until__isnull=True) | Q(compaction_lease_until__lt=now))
         .update(
             compaction_lease_token=token,

@@ -266,7 +266,7 @@ def context_compact(
     ):
         result.runes_after = state.runes
         return result
-    token = lease_claim(session_id=session.pk)
+    token = lease_claim(session_id=session.pk, version=session.context_version)
     if token is None:
         result.outcome = "busy"
         result.runes_after = state.runes

@@ -255,7 +255,7 @@ def test_a_failing_pre_roll_hook_blocks_the_roll(fake_llm, small_budget):
 @pytest.mark.django_db
 def test_held_lease_makes_a_second_compaction_a_no_op(fake_llm, small_budget):
     session = _long_session()
-    token = lease_claim(session_id=session.pk)
+    token = lease_claim(session_id=session.pk, version=session.context_version)
     assert token
     assert ctx.context_compact(session_id=session.pk, trigger="before_send").outcome == "busy"
     assert fake_llm.count() == 0

@@ -123,6 +123,35 @@ def test_concurrent_compactions_of_one_session_commit_once(owner, fake_llm, sett
     _assert_summarised_at_most_once(session.pk)
 
 
+def test_a_caller_that_read_before_another_committed_does_not_summarise_again(
+    owner, fake_llm, settings, monkeypatch
+):
+    """The interleaving the thread race above hits only sometimes, made certain: this caller
+    reads the state, another compaction commits and releases its lease, then this caller
+    claims. It must not pay for a second summary of the same turns."""
+    from chat.context import compaction, context_compact
+
+    settings.CHAT_CONTEXT = SMALL
+    session = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=14, words=14)
+    read = compaction.context_state_read
+    others: list[str] = []
+
+    def read_then_lose_the_race(**kwargs):
+        state = read(**kwargs)
+        if not others:
+            others.append("running")
+            others[0] = context_compact(session_id=session.pk, trigger="before_send").outcome
+        return state
+
+    monkeypatch.setattr(compaction, "context_state_read", read_then_lose_the_race)
+    outcome = context_compact(session_id=session.pk, trigger="before_send").outcome
+    assert others == ["committed"]
+    assert outcome == "busy"
+    assert fake_llm.count("summary") == 1
+    _assert_summarised_at_most_once(session.pk)
+
+
 def test_background_compaction_after_a_reply_spares_the_next_send(owner, fake_llm, settings):
     settings.CHAT_CONTEXT = SMALL
     settings.CHAT_BACKGROUND_COMPACTION = True
