@@ -44,6 +44,8 @@ class Config:
     #: The fake's summary_style: "fail" for truncation, else the summary quality.
     summaries: str
     budget: int
+    #: An OpenAI-compatible server's /v1 URL: Cadau's semantic recall embeds with it.
+    embeddings: str = ""
 
     @property
     def label(self) -> str:
@@ -52,6 +54,8 @@ class Config:
         if self.mode == "truncation":
             return "truncation (every summary call fails)"
         name = "seed's loop" if self.mode == "seed" else "Cadau default"
+        if self.embeddings:
+            name = "Cadau + embeddings"
         return f"{name}, {self.summaries} summaries"
 
     def env(self, *, db: Path, fake_url: str) -> dict[str, str]:
@@ -66,6 +70,10 @@ class Config:
         if self.mode == "truncation":
             # Plain truncation, the baseline: no summary (every call fails) and no recall.
             env["CHAT_CONTEXT_RECALL"] = "false"
+        if self.embeddings:
+            env.update(
+                LLM_EMBEDDING_MODEL="bench-embeddings", LLM_EMBEDDING_BASE_URL=self.embeddings
+            )
         return env
 
 
@@ -91,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--fidelity-modes", default=",".join(MODES))
     group.add_argument("--fidelity-summaries", default=",".join(SUMMARIES))
     group.add_argument(
+        "--fidelity-embeddings",
+        default="",
+        metavar="URL",
+        help="an OpenAI-compatible /v1 URL serving embeddings: Cadau's runs recall semantically",
+    )
+    group.add_argument(
         "--fidelity-merge",
         action="store_true",
         help="report these runs with the earlier ones kept in .bench/fidelity-results.json",
@@ -106,7 +120,9 @@ def _split(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def configs_plan(*, modes: list[str], summaries: list[str], budgets: list[int]) -> list[Config]:
+def configs_plan(
+    *, modes: list[str], summaries: list[str], budgets: list[int], embeddings: str = ""
+) -> list[Config]:
     unknown = [m for m in modes if m not in MODES] + [s for s in summaries if s not in SUMMARIES]
     if unknown:
         raise ValueError(f"unknown mode or summary quality: {', '.join(unknown)}")
@@ -115,8 +131,13 @@ def configs_plan(*, modes: list[str], summaries: list[str], budgets: list[int]) 
         for mode in modes:
             if mode == "truncation":
                 plan.append(Config(mode=mode, summaries="fail", budget=budget))
-            elif mode in ("seed", "cadau"):
+            elif mode == "seed":
                 plan += [Config(mode=mode, summaries=s, budget=budget) for s in summaries]
+            elif mode == "cadau":
+                plan += [
+                    Config(mode=mode, summaries=s, budget=budget, embeddings=embeddings)
+                    for s in summaries
+                ]
     if "whole" in modes:
         plan.append(Config(mode="whole", summaries=summaries[0], budget=WHOLE_BUDGET))
     return plan
@@ -217,6 +238,7 @@ def run(*, args: Any, command: str) -> str:
         modes=_split(args.fidelity_modes),
         summaries=_split(args.fidelity_summaries),
         budgets=[int(b) for b in _split(args.fidelity_budgets)],
+        embeddings=args.fidelity_embeddings,
     )
     convs = [conversation_load(p) for p in paths]
     if args.fidelity_quick:

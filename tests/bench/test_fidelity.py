@@ -164,6 +164,19 @@ def test_the_plan_has_one_truncation_and_one_whole_run_per_budget() -> None:
         configs_plan(modes=["clever"], summaries=["good"], budgets=[1000])
 
 
+def test_an_embedding_server_turns_on_semantic_recall_in_cadaus_runs_only(tmp_path: Path) -> None:
+    url = "http://127.0.0.1:8765/v1"
+    plan = configs_plan(
+        modes=["truncation", "seed", "cadau"], summaries=["good"], budgets=[1000], embeddings=url
+    )
+    envs = {c.mode: c.env(db=tmp_path / "db", fake_url="http://127.0.0.1:1") for c in plan}
+    assert envs["cadau"]["LLM_EMBEDDING_BASE_URL"] == url
+    assert envs["cadau"]["LLM_EMBEDDING_MODEL"]
+    assert "LLM_EMBEDDING_MODEL" not in envs["seed"]
+    assert "LLM_EMBEDDING_MODEL" not in envs["truncation"]
+    assert [c.label for c in plan if c.mode == "cadau"] == ["Cadau + embeddings, good summaries"]
+
+
 def test_a_real_replay_through_the_server(
     tiny: Conversation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
