@@ -33,7 +33,7 @@ from datetime import datetime
 from time import monotonic
 
 from chat.models import EXCLUDED_FROM_MODEL, MessageRole
-from chat.search.backends import Scope, window_rows
+from chat.search.backends import MessageRow, Scope, window_rows
 
 # Kept text, in characters, over every session (the content and its folded copy both count).
 # What is around the text (rows, word lists, postings) costs about as much again, over
@@ -237,7 +237,7 @@ def archive_window_read(
     return window
 
 
-def _recallable(found: list[tuple[int, str, str, datetime, str]]) -> list[ArchiveRow]:
+def _recallable(found: list[MessageRow]) -> list[ArchiveRow]:
     return [
         ArchiveRow(mid, role, created_at, content, content.casefold())
         for mid, role, status, created_at, content in found

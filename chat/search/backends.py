@@ -163,9 +163,11 @@ def _key_sql(scope: Scope) -> tuple[list[str], list[Any]]:
     return clauses, params
 
 
-def window_rows(
-    *, scope: Scope, rows: int, from_id: int | None = None
-) -> list[tuple[int, str, str, datetime, str]]:
+# A message as recall reads it in raw SQL: (id, role, status, created_at, content).
+MessageRow = tuple[int, str, str, datetime, str]
+
+
+def window_rows(*, scope: Scope, rows: int, from_id: int | None = None) -> list[MessageRow]:
     """The scope's newest `rows` messages (with `from_id`: of those at or above it) as (id,
     role, status, created_at, content), newest first, whatever their role and status (the
     caller filters, and counts what the key chose: chat/search/archive_window.py). For a
@@ -191,13 +193,10 @@ def window_rows(
         f"JOIN chat_messages o ON o.id = w.id {owner}ORDER BY o.id DESC",
         [*params, rows, *owner_params],
     )
-    return [
-        (int(mid), str(role), str(status), _datetime(created_at), str(content))
-        for mid, role, status, created_at, content in found
-    ]
+    return _message_rows(found)
 
 
-def rows_by_id(*, scope: Scope, ids: list[int]) -> list[tuple[int, str, str, datetime, str]]:
+def rows_by_id(*, scope: Scope, ids: list[int]) -> list[MessageRow]:
     """The scope's messages among `ids` as (id, role, status, created_at, content), whatever
     their role and status (the caller filters). Raw SQL, as window_rows: recall reads these
     before the first token, and the ORM's statement building and row conversion cost more
@@ -211,6 +210,11 @@ def rows_by_id(*, scope: Scope, ids: list[int]) -> list[tuple[int, str, str, dat
         f"WHERE {where} AND m.id IN ({marks})",
         [*params, *ids],
     )
+    return _message_rows(found)
+
+
+def _message_rows(found: list[tuple[Any, ...]]) -> list[MessageRow]:
+    """(id, role, status, created_at, content) rows as raw SQL gave them, typed."""
     return [
         (int(mid), str(role), str(status), _datetime(created_at), str(content))
         for mid, role, status, created_at, content in found
