@@ -188,8 +188,15 @@ class ChatMessageAdmin(admin.ModelAdmin):
     # An operator may edit or delete a message (a leaked secret redacted): the session's version
     # moves, so that no process recalls what was there before.
     def save_model(self, request: HttpRequest, obj: ChatMessage, form: Any, change: bool) -> None:
+        # A message moved to another session leaves the one it was in: both move.
+        was_in = (
+            ChatMessage.objects.filter(pk=obj.pk).values_list("session_id", flat=True).first()
+            if change
+            else None
+        )
         super().save_model(request, obj, form, change)
-        sessions_messages_changed(session_ids=[obj.session_id])
+        moved = [was_in] if was_in is not None and was_in != obj.session_id else []
+        sessions_messages_changed(session_ids=[obj.session_id, *moved])
 
     def delete_model(self, request: HttpRequest, obj: ChatMessage) -> None:
         super().delete_model(request, obj)

@@ -107,6 +107,17 @@ def test_a_message_edited_or_deleted_in_the_admin_is_read_again(owner):
     assert made[1].pk not in [r.id for r in _read(session, below_id=bound).rows]
 
 
+def test_a_message_moved_to_another_session_in_the_admin_leaves_the_first(owner):
+    session, other = ChatSessionFactory.create_batch(2, owner=owner)
+    made = make_conversation(session, turns=5)
+    make_conversation(other, turns=1)
+    bound = made[-1].pk
+    assert made[0].pk in [r.id for r in _read(session, below_id=bound).rows]
+    made[0].session = other
+    ChatMessageAdmin(ChatMessage, django_admin.site).save_model(None, made[0], None, True)
+    assert made[0].pk not in [r.id for r in _read(session, below_id=bound).rows]
+
+
 def test_only_messages_the_model_is_sent_are_kept(owner):
     session = ChatSessionFactory.create(owner=owner)
     kept = ChatMessage.objects.create(session=session, role=MessageRole.USER, content="keep me")
