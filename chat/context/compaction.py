@@ -253,6 +253,37 @@ def context_compact(
 ) -> CompactionResult:
     """Compact one session if it needs it (or `force`). Safe to call from any thread, any
     process, any number of times at once: the lease and CAS make extra callers no-ops."""
+    # "Compact now" asked while another compaction committed (or a truncation landed) between
+    # its read and its lease reads again: what it read is gone, and it was asked for.
+    for _ in range(2 if force else 1):
+        result = _compact(
+            session_id=session_id,
+            trigger=trigger,
+            force=force,
+            instructions=instructions,
+            query=query,
+            reserve_runes=reserve_runes,
+        )
+        if result is not None:
+            return result
+    # Another caller compacted (or the messages changed) since this one read: its work is
+    # done or moot, and the next send decides again from a fresh read.
+    result = CompactionResult(outcome="skipped", trigger=trigger)
+    _log(result, session_id=session_id)
+    return result
+
+
+def _compact(
+    *,
+    session_id: int,
+    trigger: Trigger,
+    force: bool,
+    instructions: str,
+    query: str,
+    reserve_runes: int,
+) -> CompactionResult | None:
+    """One try of context_compact: None when the session's context moved between the read of
+    its state and the claim of its lease."""
     started = time.monotonic()
     session = ChatSession.objects.select_related("agent", "owner").get(pk=session_id)
     state = context_state_read(session=session, query=query)
@@ -268,6 +299,10 @@ def context_compact(
         return result
     token = lease_claim(session_id=session.pk, version=session.context_version)
     if token is None:
+        if not ChatSession.objects.filter(
+            pk=session.pk, context_version=session.context_version
+        ).exists():
+            return None
         result.outcome = "busy"
         result.runes_after = state.runes
         _log(result, session_id=session.pk)

@@ -147,8 +147,39 @@ def test_a_caller_that_read_before_another_committed_does_not_summarise_again(
     monkeypatch.setattr(compaction, "context_state_read", read_then_lose_the_race)
     outcome = context_compact(session_id=session.pk, trigger="before_send").outcome
     assert others == ["committed"]
-    assert outcome == "busy"
+    assert outcome == "skipped"
     assert fake_llm.count("summary") == 1
+    _assert_summarised_at_most_once(session.pk)
+
+
+def test_compact_now_after_another_compaction_committed_reads_again_and_compacts(
+    owner, fake_llm, settings, monkeypatch
+):
+    """The same interleaving for "compact now": it was asked for, and nothing is running, so
+    it must not answer "already running"; it reads the session again and compacts."""
+    from chat.context import compaction
+    from chat.services.compaction import session_compact_now
+
+    settings.CHAT_CONTEXT = SMALL
+    session = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=14, words=14)
+    read = compaction.context_state_read
+    others: list[str] = []
+
+    def read_then_lose_the_race(**kwargs):
+        state = read(**kwargs)
+        if not others:
+            others.append("running")
+            others[0] = compaction.context_compact(
+                session_id=session.pk, trigger="before_send"
+            ).outcome
+        return state
+
+    monkeypatch.setattr(compaction, "context_state_read", read_then_lose_the_race)
+    result = session_compact_now(session_id=session.pk)
+    assert others == ["committed"]
+    assert result.outcome == "committed"
+    assert fake_llm.count("summary") == 2
     _assert_summarised_at_most_once(session.pk)
 
 
