@@ -19,7 +19,8 @@ in the admin, chat/services/sessions.py), and so does a compaction. Within one v
   read again from scratch after ENTRY_SECONDS in any case.
 
 Per process (several processes each keep their own, each checking the version it is given),
-bounded (CACHE_RUNES_MAX, least recently used first out), keyed by the owner and the session
+bounded (CACHE_RUNES_MAX, least recently used first out; a window of long messages holds
+fewer rows, ROWS_RUNES_MAX), keyed by the owner and the session
 (a session id from another owner finds nothing). Everything here is for a caller that already
 checked the session's owner.
 """
@@ -41,6 +42,11 @@ from chat.search.backends import MessageRow, Scope, window_rows
 CACHE_RUNES_MAX = 8_000_000
 # One window holding more than this is not kept: it would push out every other session.
 ENTRY_RUNES_MAX = CACHE_RUNES_MAX // 8
+# What a window's rows may hold (content and folded copy; the rest is for its words): a
+# window of long messages keeps its newest rows within it, and recall asks the index below
+# them, as below any window. Without it a chat of 1-3k-character replies (1,000 rows over
+# ENTRY_RUNES_MAX) was never kept, and every send read and indexed its 1,000 rows again.
+ROWS_RUNES_MAX = ENTRY_RUNES_MAX * 3 // 4
 # Messages do not change (see above): this only bounds how long a kept entry is trusted.
 ENTRY_SECONDS = 900.0
 # Index lookups kept per window (term and bound), each up to recall's TERM_HITS ids.
@@ -208,11 +214,12 @@ def archive_window_read(
         if len(found) < _DELTA_ROWS_MAX:
             added = _recallable(found)
             rows = [*added, *kept.rows]
+            within, cut = _within(rows[:size])
             window = _window(
                 below_id=below_id,
                 version=version,
-                rows=rows[:size],
-                more=kept.more or len(rows) > size,
+                rows=within,
+                more=kept.more or len(rows) > size or cut,
                 size=size,
                 read_at=kept.read_at,
                 words=kept.words.extended(added),
@@ -222,13 +229,13 @@ def archive_window_read(
             _keep(key, window)
             return window
     found = window_rows(scope=scope, rows=size)
-    rows = _recallable(found)
+    rows, cut = _within(_recallable(found))
     window = _window(
         below_id=below_id,
         version=version,
         rows=rows,
         # Counted before the filter: rows of other roles below the bound still mean more.
-        more=len(found) >= size,
+        more=len(found) >= size or cut,
         size=size,
         read_at=monotonic(),
         words=_EMPTY_INDEX.extended(rows),
@@ -243,6 +250,17 @@ def _recallable(found: list[MessageRow]) -> list[ArchiveRow]:
         for mid, role, status, created_at, content in found
         if role in _RECALLED_ROLES and status not in EXCLUDED_FROM_MODEL and content
     ]
+
+
+def _within(rows: list[ArchiveRow]) -> tuple[list[ArchiveRow], bool]:
+    """The newest of `rows` (newest first) whose text fits ROWS_RUNES_MAX, and whether any
+    were left out."""
+    held = 0
+    for i, row in enumerate(rows):
+        held += 2 * len(row.content)
+        if held > ROWS_RUNES_MAX:
+            return rows[:i], True
+    return rows, False
 
 
 def _keep(key: tuple[int, int], window: ArchiveWindow) -> None:

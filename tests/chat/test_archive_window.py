@@ -157,6 +157,27 @@ def test_the_cache_is_bounded_least_recently_used_first_out(owner, monkeypatch):
     assert archive_window._kept_runes == sum(w.runes for w in archive_window._windows.values())
 
 
+def test_a_window_of_long_messages_is_kept_with_its_newest_rows(owner, monkeypatch):
+    """A chat of long replies is kept too, with the newest rows its text bound holds (a review
+    found 1,000 rows of 1-3k-character replies over the entry bound, so never kept), on the
+    first read and as the bound moves."""
+    session = ChatSessionFactory.create(owner=owner)
+    made = make_conversation(session, turns=12, words=60)
+    monkeypatch.setattr(archive_window, "ROWS_RUNES_MAX", 3000)
+    bound = made[-4].pk
+    window = _read(session, below_id=bound, size=100)
+    assert window.more and window.rows
+    assert [r.id for r in window.rows] == _ids_in_db(session, below_id=bound, size=len(window.rows))
+    assert sum(2 * len(r.content) for r in window.rows) <= 3000
+    assert (session.owner_id, session.pk) in archive_window._windows
+    moved = _read(session, below_id=made[-1].pk, size=100)
+    assert moved.more and moved.rows[0].id == made[-2].pk
+    assert sum(2 * len(r.content) for r in moved.rows) <= 3000
+    assert [r.id for r in moved.rows] == _ids_in_db(
+        session, below_id=made[-1].pk, size=len(moved.rows)
+    )
+
+
 _TEXTS = (
     "Deploy db.example.org on Friday (port 5432).",
     "The door code is 4471-KX, the key under the blue pot!",

@@ -23,7 +23,9 @@ from chat.context.compose import (
 )
 from chat.errors import SearchTimeout
 from chat.models import ChatMessage, ChatSession, MessageRole
+from chat.search import archive_window
 from chat.search import recall_auto as recall_auto_module
+from chat.search.archive_window import archive_windows_forget
 from chat.search.backends import Scope, index_hits, index_hits_many
 from chat.search.recall_auto import recall_auto
 from chat.search.terms import term_stem
@@ -225,6 +227,29 @@ def test_a_rare_term_older_than_the_window_is_found_through_the_index(owner, mon
     assert "> assistant: The van is parked behind the depot, bay 7731-Q." in text
     assert "> user: Where did we park the van?\n> assistant: The van is parked" in text
     assert [m.id for m in below][:3] == [m.id for m in whole][:3]
+
+
+def test_a_window_of_long_messages_keeps_its_newest_and_the_index_finds_the_rest(
+    owner, monkeypatch
+):
+    """A window whose rows outgrow what one kept entry may hold keeps its newest rows within
+    it: a rare term in an older one is found through the index, as below any window."""
+    rows = [
+        (MessageRole.USER, "Where did we park the van?"),
+        (MessageRole.ASSISTANT, "The van is parked behind the depot, bay 7731-Q."),
+    ]
+    rows += [(MessageRole.USER, f"long filler {i} " + "about lunch " * 40) for i in range(30)]
+    session = _archive(owner, rows)
+    question = "which bay was 7731-Q again?"
+    whole = recall_auto(_ask(session, question))
+    archive_windows_forget()
+    monkeypatch.setattr(archive_window, "ROWS_RUNES_MAX", 4000)
+    below = recall_auto(_ask(session, question))
+    (window,) = archive_window._windows.values()
+    assert window.more and 0 < len(window.rows) < 10
+    assert sum(2 * len(r.content) for r in window.rows) <= 4000
+    assert "> assistant: The van is parked behind the depot, bay 7731-Q." in recall_render(below)
+    assert [m.id for m in below][:2] == [m.id for m in whole][:2]
 
 
 def test_several_index_lookups_in_one_statement_find_what_each_finds(owner):
