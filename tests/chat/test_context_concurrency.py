@@ -123,42 +123,11 @@ def test_concurrent_compactions_of_one_session_commit_once(owner, fake_llm, sett
     _assert_summarised_at_most_once(session.pk)
 
 
-def test_a_caller_that_read_before_another_committed_does_not_summarise_again(
-    owner, fake_llm, settings, monkeypatch
-):
-    """The interleaving the thread race above hits only sometimes, made certain: this caller
-    reads the state, another compaction commits and releases its lease, then this caller
-    claims. It must not pay for a second summary of the same turns."""
-    from chat.context import compaction, context_compact
-
-    settings.CHAT_CONTEXT = SMALL
-    session = ChatSessionFactory.create(owner=owner)
-    make_conversation(session, turns=14, words=14)
-    read = compaction.context_state_read
-    others: list[str] = []
-
-    def read_then_lose_the_race(**kwargs):
-        state = read(**kwargs)
-        if not others:
-            others.append("running")
-            others[0] = context_compact(session_id=session.pk, trigger="before_send").outcome
-        return state
-
-    monkeypatch.setattr(compaction, "context_state_read", read_then_lose_the_race)
-    outcome = context_compact(session_id=session.pk, trigger="before_send").outcome
-    assert others == ["committed"]
-    assert outcome == "skipped"
-    assert fake_llm.count("summary") == 1
-    _assert_summarised_at_most_once(session.pk)
-
-
-def test_compact_now_after_another_compaction_committed_reads_again_and_compacts(
-    owner, fake_llm, settings, monkeypatch
-):
-    """The same interleaving for "compact now": it was asked for, and nothing is running, so
-    it must not answer "already running"; it reads the session again and compacts."""
+def _another_compaction_commits_after_the_first_read(monkeypatch, owner, settings):
+    """A session over its threshold where the first read of its state is followed, before
+    its reader claims the lease, by another compaction that commits and releases: the session
+    and that other compaction's outcome (a list, filled once it ran)."""
     from chat.context import compaction
-    from chat.services.compaction import session_compact_now
 
     settings.CHAT_CONTEXT = SMALL
     session = ChatSessionFactory.create(owner=owner)
@@ -176,6 +145,32 @@ def test_compact_now_after_another_compaction_committed_reads_again_and_compacts
         return state
 
     monkeypatch.setattr(compaction, "context_state_read", read_then_lose_the_race)
+    return session, others
+
+
+def test_a_caller_that_read_before_another_committed_does_not_summarise_again(
+    owner, fake_llm, settings, monkeypatch
+):
+    """The interleaving the thread race above hits only sometimes, made certain. This caller
+    must not pay for a second summary of the same turns."""
+    from chat.context import context_compact
+
+    session, others = _another_compaction_commits_after_the_first_read(monkeypatch, owner, settings)
+    outcome = context_compact(session_id=session.pk, trigger="before_send").outcome
+    assert others == ["committed"]
+    assert outcome == "skipped"
+    assert fake_llm.count("summary") == 1
+    _assert_summarised_at_most_once(session.pk)
+
+
+def test_compact_now_after_another_compaction_committed_reads_again_and_compacts(
+    owner, fake_llm, settings, monkeypatch
+):
+    """The same interleaving for "compact now": it was asked for, and nothing is running, so
+    it must not answer "already running"; it reads the session again and compacts."""
+    from chat.services.compaction import session_compact_now
+
+    session, others = _another_compaction_commits_after_the_first_read(monkeypatch, owner, settings)
     result = session_compact_now(session_id=session.pk)
     assert others == ["committed"]
     assert result.outcome == "committed"
