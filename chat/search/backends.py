@@ -61,12 +61,15 @@ class Scope:
     """Whose messages a search may return. `owner_id` None is every user's (the Django admin
     only); `session_id` narrows to one session (of that owner: both are in the SQL, so a caller
     that forgot the ownership check still finds nothing of another user's); `below_id` is the
-    paging position (only ids under it); `role` None is every role but `system`."""
+    paging position (only ids under it); `role` None is every role but `system`;
+    `recallable`: only what automatic recall may bring back (user and assistant messages the
+    model is sent; not tool results, nor failed replies)."""
 
     owner_id: int | None
     session_id: int | None = None
     role: str | None = None
     below_id: int | None = None
+    recallable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,10 @@ def _scope_sql(scope: Scope) -> tuple[str, list[Any]]:
         params.append(scope.role)
     else:
         clauses.append("m.role <> 'system'")
+    if scope.recallable:
+        # Inside the statement, not after it: an agent's fetched pages match a term far more
+        # often than what was said, and would fill a lookup's LIMIT with rows recall drops.
+        clauses.append("m.role IN ('user', 'assistant') AND m.status <> 'failed'")
     if scope.below_id is not None:
         clauses.append("m.id < %s")
         params.append(scope.below_id)

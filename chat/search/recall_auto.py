@@ -200,7 +200,9 @@ def _below_window(ask: RecallAsk, window: ArchiveWindow | None) -> Scope | None:
     if window is None or not window.more:
         return None
     below_id = window.rows[-1].id if window.rows else window.below_id
-    return Scope(owner_id=ask.owner_id, session_id=ask.session_id, below_id=below_id)
+    return Scope(
+        owner_id=ask.owner_id, session_id=ask.session_id, below_id=below_id, recallable=True
+    )
 
 
 def _matches(

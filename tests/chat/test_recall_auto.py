@@ -252,6 +252,19 @@ def test_a_window_of_long_messages_keeps_its_newest_and_the_index_finds_the_rest
     assert [m.id for m in below][:2] == [m.id for m in whole][:2]
 
 
+def test_tool_results_never_take_a_rare_terms_index_lookup(owner, monkeypatch):
+    """An agent's fetched pages can hold a term far more often than anything said: the index
+    lookup asks for what recall may bring back, or TERM_HITS of pages would hide the turn."""
+    rows = [(MessageRole.USER, "Our order number is 7731-Q, keep it.")]
+    rows += [(MessageRole.TOOL, f"page {i}: order 7731-Q shipped") for i in range(45)]
+    rows += [(MessageRole.USER, f"filler chatter number {i} about lunch") for i in range(10)]
+    session = _archive(owner, rows)
+    monkeypatch.setattr(recall_auto_module, "WINDOW_ROWS", 5)
+    text = recall_render(recall_auto(_ask(session, "what was the order number 7731-Q?")))
+    assert "> user: Our order number is 7731-Q, keep it." in text
+    assert "page " not in text
+
+
 def test_several_index_lookups_in_one_statement_find_what_each_finds(owner):
     session = _archive(
         owner,
