@@ -111,8 +111,11 @@ def _piece_runes(m: Recalled, *, first: bool, body: int) -> int:
     glue = 0 if first else (1 if m.follows else len(SEPARATOR))
     if m.follows:
         return glue + body
-    header = _HEADER_RUNES if m.created_at is not None else _HEADER_UNKNOWN_RUNES
-    return glue + header + 1 + body
+    return glue + _header_runes(m) + 1 + body
+
+
+def _header_runes(m: Recalled) -> int:
+    return _HEADER_RUNES if m.created_at is not None else _HEADER_UNKNOWN_RUNES
 
 
 # The most recall_run_saving can be (a dated header).
@@ -122,8 +125,7 @@ RECALL_RUN_SAVING_MAX = _HEADER_RUNES + 1 + len(SEPARATOR) - 1
 def recall_run_saving(m: Recalled) -> int:
     """What `m` adds less to the rendering when it continues a run than when it opens one (after
     some other piece): its header and the header's line feed, and one of the blank line's two."""
-    header = _HEADER_RUNES if m.created_at is not None else _HEADER_UNKNOWN_RUNES
-    return header + 1 + len(SEPARATOR) - 1
+    return _header_runes(m) + 1 + len(SEPARATOR) - 1
 
 
 def recall_render_runes(
