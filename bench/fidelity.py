@@ -131,11 +131,11 @@ def configs_plan(
         for mode in modes:
             if mode == "truncation":
                 plan.append(Config(mode=mode, summaries="fail", budget=budget))
-            elif mode == "seed":
-                plan += [Config(mode=mode, summaries=s, budget=budget) for s in summaries]
-            elif mode == "cadau":
+            elif mode in ("seed", "cadau"):
+                # Semantic recall is Cadau's: the seed's loop has no recall to add it to.
+                semantic = embeddings if mode == "cadau" else ""
                 plan += [
-                    Config(mode=mode, summaries=s, budget=budget, embeddings=embeddings)
+                    Config(mode=mode, summaries=s, budget=budget, embeddings=semantic)
                     for s in summaries
                 ]
     if "whole" in modes:
