@@ -37,20 +37,22 @@ from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.backends import MessageRow, Scope, window_rows
 
 # Kept text, in characters, over every session (the content and its folded copy both count).
-# What is around the text (rows, word lists, postings) costs about as much again, over
-# 5 bytes a character in all for ASCII text: at most ~40-80 MB per process.
+# What is around the text (the rows, the kept matches and lookups) adds less than a half:
+# at most ~20-30 MB per process for ASCII text.
 CACHE_RUNES_MAX = 8_000_000
 # One window holding more than this is not kept: it would push out every other session.
 ENTRY_RUNES_MAX = CACHE_RUNES_MAX // 8
-# What a window's rows may hold (content and folded copy; the rest is for its words): a
-# window of long messages keeps its newest rows within it, and recall asks the index below
-# them, as below any window. Without it a chat of 1-3k-character replies (1,000 rows over
-# ENTRY_RUNES_MAX) was never kept, and every send read and indexed its 1,000 rows again.
-ROWS_RUNES_MAX = ENTRY_RUNES_MAX * 3 // 4
+# What a window's rows may hold (content and folded copy): a window of long messages keeps its
+# newest rows within it, and recall asks the index below them, as below any window. Without it
+# a chat of 1-3k-character replies (1,000 rows over ENTRY_RUNES_MAX) was never kept, and every
+# send read its 1,000 rows again.
+ROWS_RUNES_MAX = ENTRY_RUNES_MAX
 # Messages do not change (see above): this only bounds how long a kept entry is trusted.
 ENTRY_SECONDS = 900.0
 # Index lookups kept per window (term and bound), each up to recall's TERM_HITS ids.
 OLDER_TERMS_MAX = 256
+# Terms whose matching rows are kept per window, each up to the window's rows' ids.
+MATCHED_TERMS_MAX = 64
 # A bound moved by more rows than this is read as a new window (one statement either way).
 _DELTA_ROWS_MAX = 200
 _RECALLED_ROLES = frozenset((MessageRole.USER, MessageRole.ASSISTANT))
@@ -66,53 +68,6 @@ class ArchiveRow:
 
 
 @dataclass(frozen=True, slots=True)
-class WordIndex:
-    """The distinct words of the window's rows, for finding which rows contain a term
-    without reading every row: the words (thousands) are searched, not the text (hundreds of
-    thousands of characters): 0.02 against 1.5 ms for six terms on 1,000 messages.
-    `vocabulary` is every word between line feeds (and one at each end); `postings` the ids
-    of the rows holding each word. Ids of rows that left the window stay in `postings` (the
-    caller keeps those of its rows' range)."""
-
-    vocabulary: str
-    postings: dict[str, list[int]]
-
-    def containing(self, term: str) -> set[int]:
-        """The ids of the rows with a word containing `term` (case-folded, no white space)."""
-        found: set[int] = set()
-        vocabulary, at = self.vocabulary, self.vocabulary.find(term)
-        while at != -1:
-            start = vocabulary.rfind("\n", 0, at) + 1
-            end = vocabulary.find("\n", at)
-            found.update(self.postings[vocabulary[start:end]])
-            at = vocabulary.find(term, end)
-        return found
-
-    def extended(self, rows: list[ArchiveRow]) -> WordIndex:
-        """This index with `rows` added (a copy: a reader may hold this one)."""
-        postings = dict(self.postings)
-        new: list[str] = []
-        for row in rows:
-            # The runs between white space (str.split's, str.isspace's): a term without white
-            # space found in a text lies inside one of them. A regular expression dropping
-            # the punctuation around words made the list shorter and the build 3x slower.
-            for word in set(row.folded.split()):
-                ids = postings.get(word)
-                if ids is None:
-                    new.append(word)
-                    postings[word] = [row.id]
-                elif ids is self.postings.get(word):
-                    postings[word] = [*ids, row.id]  # the old index's list stays as it was
-                else:
-                    ids.append(row.id)
-        vocabulary = f"{self.vocabulary}{chr(10).join(new)}\n" if new else self.vocabulary
-        return WordIndex(vocabulary, postings)
-
-
-_EMPTY_INDEX = WordIndex("\n", {})
-
-
-@dataclass(frozen=True, slots=True)
 class ArchiveWindow:
     """Up to `size` recallable messages (user and assistant, sent to the model, not empty) of
     a session with ids under `below_id`, newest first. `more`: older messages lie below the
@@ -125,7 +80,6 @@ class ArchiveWindow:
     size: int
     read_at: float
     runes: int  # what it holds, content and folded copy: its share of CACHE_RUNES_MAX
-    words: WordIndex
     # Index lookups below the window, by (the id they were below, term): recall's rare terms
     # (chat/search/recall_auto.py). The rows under a bound never change (see above), and a
     # rare word of a question tends to come back in the next ones; bounded by OLDER_TERMS_MAX.
@@ -133,18 +87,23 @@ class ArchiveWindow:
     # Derived once per window for recall's ranking: each row by id, its folded length.
     by_id: dict[int, ArchiveRow]
     lengths: dict[int, int]
+    # The rows holding each term asked of this window (bounded by MATCHED_TERMS_MAX): a chat's
+    # messages come back to its words, and the rows of a window never change.
+    matched: dict[str, list[int]]
 
     def containing(self, term: str) -> list[int]:
         """The ids of the rows that contain `term` (case-folded), newest first."""
-        if not self.rows:
-            return []
-        lowest = self.rows[-1].id
-        parts = term.split()
-        if len(parts) == 1 and parts[0] == term:
-            return sorted((i for i in self.words.containing(term) if i >= lowest), reverse=True)
-        # A phrase: only rows with a word holding each of its words can hold it.
-        maybe = set.intersection(*(self.words.containing(w) for w in parts)) if parts else None
-        return [r.id for r in self.rows if (maybe is None or r.id in maybe) and term in r.folded]
+        # .get, not `in` then []: another thread may clear the kept terms in between.
+        found = self.matched.get(term)
+        if found is None:
+            # A scan of every row (~0.1-0.15 ms a term for 1,000 messages on the ttft bench's
+            # data). An index of the rows' words answered in 0.02 ms, but took 12-18 ms to build,
+            # before the first token of every first send and every send after a compaction.
+            found = [r.id for r in self.rows if term in r.folded]
+            if len(self.matched) >= MATCHED_TERMS_MAX:
+                self.matched.clear()
+            self.matched[term] = found
+        return found
 
 
 def older_hits_keep(window: ArchiveWindow, found: dict[tuple[int, str], list[int]]) -> None:
@@ -162,10 +121,9 @@ def _window(
     more: bool,
     size: int,
     read_at: float,
-    words: WordIndex,
     older_hits: dict[tuple[int, str], list[int]] | None = None,
 ) -> ArchiveWindow:
-    runes = sum(2 * len(r.content) for r in rows) + 2 * len(words.vocabulary)
+    runes = sum(len(r.content) + len(r.folded) for r in rows)
     by_id = {r.id: r for r in rows}
     lengths = {r.id: len(r.folded) for r in rows}
     return ArchiveWindow(
@@ -176,10 +134,10 @@ def _window(
         size,
         read_at,
         runes,
-        words,
         older_hits or {},
         by_id,
         lengths,
+        {},
     )
 
 
@@ -222,7 +180,6 @@ def archive_window_read(
                 more=kept.more or len(rows) > size or cut,
                 size=size,
                 read_at=kept.read_at,
-                words=kept.words.extended(added),
                 # A copy: the entries of a bound this window no longer has are never asked for.
                 older_hits=dict(kept.older_hits),
             )
@@ -238,7 +195,6 @@ def archive_window_read(
         more=len(found) >= size or cut,
         size=size,
         read_at=monotonic(),
-        words=_EMPTY_INDEX.extended(rows),
     )
     _keep(key, window)
     return window
@@ -257,7 +213,7 @@ def _within(rows: list[ArchiveRow]) -> tuple[list[ArchiveRow], bool]:
     were left out."""
     held = 0
     for i, row in enumerate(rows):
-        held += 2 * len(row.content)
+        held += len(row.content) + len(row.folded)
         if held > ROWS_RUNES_MAX:
             return rows[:i], True
     return rows, False

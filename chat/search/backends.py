@@ -30,6 +30,7 @@ from time import monotonic
 from typing import Any
 
 from django.db import connection
+from psycopg.types.datetime import TimestamptzLoader
 
 from chat.errors import SearchTimeout
 
@@ -125,6 +126,12 @@ def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
                 # SET takes no bind parameters (an int, nothing to quote).
                 cursor.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
                 PG_TIMEOUT.set(left)
+        if connection.vendor == "postgresql":
+            # psycopg's own timestamptz loader (C) for this cursor, not the one Django sets on
+            # the connection (a Python subclass that replaces each value's tzinfo): 1,000
+            # created_at values cost 1.3 ms against 4.6 ms, the most of recall's first read of
+            # a window (bench ttft). Its values are aware, in the connection's time zone.
+            cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
         cursor.execute(sql, params)
         return list(cursor.fetchall())
 
@@ -231,7 +238,9 @@ def _message_rows(found: list[tuple[Any, ...]]) -> list[MessageRow]:
 def _datetime(value: Any) -> datetime:
     """A created_at as the database gave it (raw SQL on SQLite: an ISO string), aware UTC."""
     if isinstance(value, datetime):
-        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        if value.tzinfo is UTC:
+            return value
+        return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
     parsed = datetime.fromisoformat(str(value))
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 

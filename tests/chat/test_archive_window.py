@@ -219,7 +219,7 @@ _TERMS = (
 
 
 def test_a_window_finds_exactly_the_rows_that_contain_a_term(owner):
-    """The word index must find what `term in text` finds: every term, phrase and bit of
+    """A window must find what `term in text` finds: every term, phrase and bit of
     punctuation, before and after the window moves and its oldest rows fall off."""
     session = ChatSessionFactory.create(owner=owner)
     made = [
@@ -246,29 +246,33 @@ _ALPHABET = st.sampled_from("aAbß é.-_:#,!?密码\n\t\u2028\x1c\u3000 İ")
     pick=st.tuples(st.integers(0, 7), st.integers(0, 23), st.integers(1, 8)),
     extra=st.text(_ALPHABET, min_size=1, max_size=6),
 )
-def test_the_word_index_agrees_with_substring_search(texts, pick, extra):
+def test_a_window_finds_what_substring_search_finds_and_again_from_its_kept_terms(
+    texts, pick, extra
+):
     rows = [
         ArchiveRow(i + 1, MessageRole.USER, datetime.now(UTC), text, text.casefold())
         for i, text in enumerate(texts)
     ]
     newest_first = rows[::-1]
-    older, newer = newest_first[len(rows) // 2 :], newest_first[: len(rows) // 2]
-    # Built in two steps, as a window that moved: the index of the older rows, extended.
-    words = archive_window._EMPTY_INDEX.extended(older[::-1]).extended(newer[::-1])
     window = archive_window._window(
-        below_id=len(rows) + 1,
-        version=0,
-        rows=newest_first,
-        more=False,
-        size=99,
-        read_at=0.0,
-        words=words,
+        below_id=len(rows) + 1, version=0, rows=newest_first, more=False, size=99, read_at=0.0
     )
     source = texts[pick[0] % len(texts)].casefold()
     for term in (source[pick[1] : pick[1] + pick[2]], extra.casefold()):
-        if term.strip():
-            expected = [r.id for r in newest_first if term in r.folded]
-            assert window.containing(term) == expected
+        expected = [r.id for r in newest_first if term in r.content.casefold()]
+        assert window.containing(term) == expected
+        assert window.containing(term) == expected  # kept
+
+
+def test_the_terms_a_window_kept_are_bounded(monkeypatch):
+    monkeypatch.setattr(archive_window, "MATCHED_TERMS_MAX", 3)
+    rows = [ArchiveRow(1, MessageRole.USER, datetime.now(UTC), "alpha beta", "alpha beta")]
+    window = archive_window._window(
+        below_id=2, version=0, rows=rows, more=False, size=9, read_at=0.0
+    )
+    for term in ("alpha", "beta", "gamma", "delta", "alpha"):
+        assert window.containing(term) == ([] if term in ("gamma", "delta") else [1])
+        assert len(window.matched) <= 3
 
 
 def test_a_bound_moved_far_reads_the_window_anew(owner, monkeypatch):

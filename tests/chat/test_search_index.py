@@ -215,3 +215,18 @@ def test_a_finished_reply_tidies_the_search_index(owner, monkeypatch):
     )
     replies.reply_finish(message=reply, session=session, content="x", status=MessageStatus.FAILED)
     assert tidied == [True, True]
+
+
+def test_recalls_raw_reads_give_each_message_its_stored_time_in_utc(owner):
+    """Recall's raw reads load created_at with psycopg's own loader on PostgreSQL (not the one
+    Django sets): the same instant as the ORM's, aware, in UTC, on both databases."""
+    session = ChatSessionFactory.create(owner=owner)
+    made = [ChatMessageFactory.create(session=session, content=f"said {i}") for i in range(3)]
+    scope = Scope(owner_id=owner.pk, session_id=session.pk)
+    by_window = {row[0]: row[3] for row in backends.window_rows(scope=scope, rows=10)}
+    by_id = {row[0]: row[3] for row in backends.rows_by_id(scope=scope, ids=[m.pk for m in made])}
+    for message in made:
+        stored = ChatMessage.objects.get(pk=message.pk).created_at
+        for found in (by_window[message.pk], by_id[message.pk]):
+            assert found == stored
+            assert found.utcoffset() is not None and found.utcoffset().total_seconds() == 0
