@@ -37,8 +37,8 @@ from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.backends import MessageRow, Scope, window_rows
 
 # Kept text, in characters, over every session (the content and its folded copy both count).
-# What is around the text (the rows, the kept matches and lookups) adds less than a half:
-# at most ~20-30 MB per process for ASCII text.
+# With what is around it (the rows, the kept matches and lookups): 3.6 bytes a counted
+# character for 1,000 short ASCII messages (bench ttft's data), ~30 MB per process at most.
 CACHE_RUNES_MAX = 8_000_000
 # One window holding more than this is not kept: it would push out every other session.
 ENTRY_RUNES_MAX = CACHE_RUNES_MAX // 8
