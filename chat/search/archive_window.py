@@ -38,7 +38,8 @@ from chat.search.backends import MessageRow, Scope, window_rows
 
 # Kept text, in characters, over every session (the content and its folded copy both count).
 # With what is around it (the rows, the kept matches and lookups): 3.6 bytes a counted
-# character for 1,000 short ASCII messages (bench ttft's data), ~30 MB per process at most.
+# character for 1,000 short ASCII messages (bench ttft's data), ~30 MB per process; Python
+# keeps other scripts in 2 or 4 bytes a character: up to about twice that.
 CACHE_RUNES_MAX = 8_000_000
 # One window holding more than this is not kept: it would push out every other session.
 ENTRY_RUNES_MAX = CACHE_RUNES_MAX // 8
@@ -51,8 +52,10 @@ ROWS_RUNES_MAX = ENTRY_RUNES_MAX
 ENTRY_SECONDS = 900.0
 # Index lookups kept per window (term and bound), each up to recall's TERM_HITS ids.
 OLDER_TERMS_MAX = 256
-# Terms whose matching rows are kept per window, each up to the window's rows' ids.
+# Words whose matching rows are kept per window (each up to the window's rows' ids), and the
+# longest kept.
 MATCHED_TERMS_MAX = 64
+MATCHED_TERM_RUNES = 64
 # A bound moved by more rows than this is read as a new window (one statement either way).
 _DELTA_ROWS_MAX = 200
 _RECALLED_ROLES = frozenset((MessageRole.USER, MessageRole.ASSISTANT))
@@ -87,11 +90,11 @@ class ArchiveWindow:
     # Derived once per window for recall's ranking: each row by id, its folded length.
     by_id: dict[int, ArchiveRow]
     lengths: dict[int, int]
-    # The rows holding each term asked of this window (bounded by MATCHED_TERMS_MAX): a chat's
+    # The rows holding each word asked of this window (bounded by MATCHED_TERMS_MAX): a chat's
     # messages come back to its words, and the rows of a window never change.
-    matched: dict[str, list[int]]
+    matched: dict[str, tuple[int, ...]]
 
-    def containing(self, term: str) -> list[int]:
+    def containing(self, term: str) -> tuple[int, ...]:
         """The ids of the rows that contain `term` (case-folded), newest first."""
         # .get, not `in` then []: another thread may clear the kept terms in between.
         found = self.matched.get(term)
@@ -99,10 +102,13 @@ class ArchiveWindow:
             # A scan of every row (~0.1-0.15 ms a term for 1,000 messages on the ttft bench's
             # data). An index of the rows' words answered in 0.02 ms, but took 12-18 ms to build,
             # before the first token of every first send and every send after a compaction.
-            found = [r.id for r in self.rows if term in r.folded]
-            if len(self.matched) >= MATCHED_TERMS_MAX:
-                self.matched.clear()
-            self.matched[term] = found
+            found = tuple(r.id for r in self.rows if term in r.folded)
+            # Words only: a phrase (the whole new message) is seldom asked again, and may be
+            # long.
+            if len(term) <= MATCHED_TERM_RUNES and not any(c.isspace() for c in term):
+                if len(self.matched) >= MATCHED_TERMS_MAX:
+                    self.matched.clear()
+                self.matched[term] = found
         return found
 
 

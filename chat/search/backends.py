@@ -110,7 +110,8 @@ def _scope_sql(scope: Scope) -> tuple[str, list[Any]]:
     return " AND ".join(clauses), params
 
 
-def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+def _fetch(sql: str, params: list[Any], *, timestamps: bool = False) -> list[tuple[Any, ...]]:
+    """The statement's rows, within the search's deadline. `timestamps`: it reads created_at."""
     deadline = DEADLINE.get()
     with connection.cursor() as cursor:
         if deadline is not None:
@@ -126,11 +127,12 @@ def _fetch(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
                 # SET takes no bind parameters (an int, nothing to quote).
                 cursor.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
                 PG_TIMEOUT.set(left)
-        if connection.vendor == "postgresql":
+        if timestamps and connection.vendor == "postgresql":
             # psycopg's own timestamptz loader (C) for this cursor, not the one Django sets on
             # the connection (a Python subclass that replaces each value's tzinfo): 1,000
             # created_at values cost 1.3 ms against 4.6 ms, the most of recall's first read of
-            # a window (bench ttft). Its values are aware, in the connection's time zone.
+            # a window (bench ttft). Its values are aware, in the session's time zone (UTC as
+            # Django sets it; _datetime makes sure). The cursor's copy of the adapters only.
             cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
         cursor.execute(sql, params)
         return list(cursor.fetchall())
@@ -206,6 +208,7 @@ def window_rows(*, scope: Scope, rows: int, from_id: int | None = None) -> list[
         f"SELECT m.id FROM chat_messages m {key}ORDER BY m.id DESC LIMIT %s) w "
         f"JOIN chat_messages o ON o.id = w.id {owner}ORDER BY o.id DESC",
         [*params, rows, *owner_params],
+        timestamps=True,
     )
     return _message_rows(found)
 
@@ -223,6 +226,7 @@ def rows_by_id(*, scope: Scope, ids: list[int]) -> list[MessageRow]:
         "SELECT m.id, m.role, m.status, m.created_at, m.content FROM chat_messages m "  # noqa: S608
         f"WHERE {where} AND m.id IN ({marks})",
         [*params, *ids],
+        timestamps=True,
     )
     return _message_rows(found)
 

@@ -168,11 +168,11 @@ def test_a_window_of_long_messages_is_kept_with_its_newest_rows(owner, monkeypat
     window = _read(session, below_id=bound, size=100)
     assert window.more and window.rows
     assert [r.id for r in window.rows] == _ids_in_db(session, below_id=bound, size=len(window.rows))
-    assert sum(2 * len(r.content) for r in window.rows) <= 3000
+    assert window.runes == sum(len(r.content) + len(r.folded) for r in window.rows) <= 3000
     assert (session.owner_id, session.pk) in archive_window._windows
     moved = _read(session, below_id=made[-1].pk, size=100)
     assert moved.more and moved.rows[0].id == made[-2].pk
-    assert sum(2 * len(r.content) for r in moved.rows) <= 3000
+    assert moved.runes == sum(len(r.content) + len(r.folded) for r in moved.rows) <= 3000
     assert [r.id for r in moved.rows] == _ids_in_db(
         session, below_id=made[-1].pk, size=len(moved.rows)
     )
@@ -234,7 +234,7 @@ def test_a_window_finds_exactly_the_rows_that_contain_a_term(owner):
         window = _read(session, below_id=bound, size=9)
         for term in (*_TERMS, "#1", "#2"):
             term = term.casefold()
-            expected = [r.id for r in window.rows if term in r.folded]
+            expected = tuple(r.id for r in window.rows if term in r.content.casefold())
             assert window.containing(term) == expected, term
 
 
@@ -259,9 +259,13 @@ def test_a_window_finds_what_substring_search_finds_and_again_from_its_kept_term
     )
     source = texts[pick[0] % len(texts)].casefold()
     for term in (source[pick[1] : pick[1] + pick[2]], extra.casefold()):
-        expected = [r.id for r in newest_first if term in r.content.casefold()]
+        expected = tuple(r.id for r in newest_first if term in r.content.casefold())
         assert window.containing(term) == expected
-        assert window.containing(term) == expected  # kept
+        if not any(c.isspace() for c in term):
+            assert window.matched[term] == expected  # kept, and found there the next time
+            assert window.containing(term) is window.matched[term]
+        else:
+            assert term not in window.matched  # a phrase is scanned each time
 
 
 def test_the_terms_a_window_kept_are_bounded(monkeypatch):
@@ -270,9 +274,25 @@ def test_the_terms_a_window_kept_are_bounded(monkeypatch):
     window = archive_window._window(
         below_id=2, version=0, rows=rows, more=False, size=9, read_at=0.0
     )
-    for term in ("alpha", "beta", "gamma", "delta", "alpha"):
-        assert window.containing(term) == ([] if term in ("gamma", "delta") else [1])
+    for term in ("alpha", "beta", "gamma", "delta", "alpha", "alpha beta", "a" * 65):
+        assert window.containing(term) == (() if term in ("gamma", "delta", "a" * 65) else (1,))
         assert len(window.matched) <= 3
+    assert "alpha beta" not in window.matched and "a" * 65 not in window.matched
+
+
+def test_a_moved_window_finds_a_word_again_in_its_new_rows(owner):
+    """The words a window kept are its own: the window a moved bound reads starts without
+    them, and finds the word in the rows it added."""
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=6)]
+    first = _read(session, below_id=ids[6])
+    assert first.containing("zebra") == ()
+    said = ChatMessage.objects.create(session=session, role=MessageRole.USER, content="A Zebra!")
+    later = ChatMessage.objects.create(session=session, role=MessageRole.ASSISTANT, content="ok")
+    moved = _read(session, below_id=later.pk)
+    assert moved is not first and "zebra" not in moved.matched
+    assert moved.containing("zebra") == (said.pk,)
+    assert first.containing("zebra") == ()
 
 
 def test_a_bound_moved_far_reads_the_window_anew(owner, monkeypatch):

@@ -230,3 +230,28 @@ def test_recalls_raw_reads_give_each_message_its_stored_time_in_utc(owner):
         for found in (by_window[message.pk], by_id[message.pk]):
             assert found == stored
             assert found.utcoffset() is not None and found.utcoffset().total_seconds() == 0
+
+
+@postgres_only
+def test_recalls_timestamp_loader_is_its_cursors_alone_and_any_session_zone_reads_utc(owner):
+    """psycopg's own loader is registered on recall's cursors only: the connection keeps
+    Django's (every other query). A session in another time zone still reads the stored
+    instant, in UTC."""
+    from psycopg.adapt import PyFormat
+
+    session = ChatSessionFactory.create(owner=owner)
+    message = ChatMessageFactory.create(session=session, content="said")
+    stored = ChatMessage.objects.get(pk=message.pk).created_at
+    scope = Scope(owner_id=owner.pk, session_id=session.pk)
+    django_loader = connection.connection.adapters.get_loader(
+        connection.connection.adapters.types["timestamptz"].oid, PyFormat.as_pq(PyFormat.TEXT)
+    )
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL TIME ZONE 'Asia/Kathmandu'")
+        (row,) = backends.rows_by_id(scope=scope, ids=[message.pk])
+    assert row[3] == stored and row[3].utcoffset().total_seconds() == 0
+    after = connection.connection.adapters.get_loader(
+        connection.connection.adapters.types["timestamptz"].oid, PyFormat.as_pq(PyFormat.TEXT)
+    )
+    assert after is django_loader
