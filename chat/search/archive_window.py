@@ -32,6 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from time import monotonic
+from typing import Any
 
 from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.backends import MessageRow, Scope, window_rows
@@ -106,17 +107,21 @@ class ArchiveWindow:
             # Words only: a phrase (the whole new message) is seldom asked again, and may be
             # long.
             if len(term) <= MATCHED_TERM_RUNES and not any(c.isspace() for c in term):
-                if len(self.matched) >= MATCHED_TERMS_MAX:
-                    self.matched.clear()
-                self.matched[term] = found
+                _kept_update(self.matched, {term: found}, most=MATCHED_TERMS_MAX)
         return found
 
 
+def _kept_update(kept: dict[Any, Any], found: dict[Any, Any], *, most: int) -> None:
+    """`found` into `kept`, which holds at most `most` entries: emptied first when they would
+    not fit (a plain dict, no lock: a lost race between threads only costs a lookup again)."""
+    if len(kept) + len(found) > most:
+        kept.clear()
+    kept.update(found)
+
+
 def older_hits_keep(window: ArchiveWindow, found: dict[tuple[int, str], list[int]]) -> None:
-    """Keep index lookups below `window` (a plain dict: a lost race only costs a lookup)."""
-    if len(window.older_hits) + len(found) > OLDER_TERMS_MAX:
-        window.older_hits.clear()
-    window.older_hits.update(found)
+    """Keep index lookups below `window`."""
+    _kept_update(window.older_hits, found, most=OLDER_TERMS_MAX)
 
 
 def _window(
