@@ -105,6 +105,9 @@ def unsummarise(*, session_id: int) -> dict[str, Any]:
         context_summary="",
         verbatim_since_message_id=None,
         context_version=F("context_version") + 1,
+        # Its rows changed (the earlier sends' are deleted): recall's kept window of them is
+        # read again, as a freshly imported session's first send reads it.
+        messages_version=F("messages_version") + 1,
         compaction_lease_token="",
         compaction_lease_until=None,
     )

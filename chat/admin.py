@@ -97,6 +97,7 @@ class ChatSessionAdmin(admin.ModelAdmin):
         "context_summary",
         "verbatim_since_message_id",
         "context_version",
+        "messages_version",
         "message_count",
         "last_activity_at",
         "created_at",
@@ -112,6 +113,7 @@ class ChatSessionAdmin(admin.ModelAdmin):
                     "context_summary",
                     "verbatim_since_message_id",
                     "context_version",
+                    "messages_version",
                 )
             },
         ),

@@ -118,6 +118,12 @@ class ChatSession(models.Model):
     # Compare-and-swap counter: every summary/anchor change bumps it, and a writer only commits
     # if the version is still the one it read, so two concurrent compactions cannot both land.
     context_version = models.PositiveIntegerField(default=0)
+    # Moved by every change to messages already stored, other than a reply's own writes in the
+    # tail: a truncation, an edit or deletion in the admin. Not by a compaction, which moves
+    # only the summary and the anchor: what recall kept of the archive
+    # (chat/search/archive_window.py) stays good through it, and a session compacting chunk by
+    # chunk (an import's first compaction) does not have its archive read again per chunk.
+    messages_version = models.PositiveIntegerField(default=0)
     # Compaction lease: CAS stops two compactions from both *committing*; the lease stops them
     # from both *paying* for a summarising call. Expires on its own if the holder dies.
     compaction_lease_token = models.CharField(max_length=32, blank=True, default="")

@@ -58,8 +58,8 @@ class RecallAsk:
     room: int
     # The session's message count: how rare a term is, against it.
     messages: int = 0
-    # The session's context_version: moved by every truncation, compaction and message edit,
-    # it tells recall's kept rows (chat/search/archive_window.py) from stale ones.
+    # The session's messages_version: moved by every truncation and message edit (not by a
+    # compaction), it tells recall's kept rows (chat/search/archive_window.py) from stale ones.
     version: int = 0
 
 
@@ -222,7 +222,7 @@ def payload_compose(
         context="\n".join(previous),
         room=room,
         messages=state.session.message_count,
-        version=state.session.context_version,
+        version=state.session.messages_version,
     )
     try:
         recalled = recall(ask)

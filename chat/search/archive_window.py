@@ -5,9 +5,13 @@ Every send of a long chat matches its new message against the newest WINDOW_ROWS
 older than the payload's tail. Reading and case-folding them again each time was a third of
 what recall added before the first token (2 of ~6 ms for 1,000 rows on SQLite, more on
 PostgreSQL), and those rows hardly change from one send to the next. A kept window is used
-only while the session's `context_version` is the one it was read at: every change to the
-messages under a bound moves it (a truncation, a summary rewound, a message edited or deleted
-in the admin, chat/services/sessions.py), and so does a compaction. Within one version:
+only while the session's `messages_version` is the one it was read at: every change to
+messages already stored moves it (a truncation, a message edited or deleted in the admin,
+chat/services/sessions.py). A compaction does not: it moves the summary and the anchor, not a
+message, and the tail's start moving forward is the bound moving forward (below). Keyed on the
+context_version, which every compaction moves, a window was read again after each one: before
+the first token of the next send (8-14 ms for 1,000 rows), and of every send while an import's
+first compaction committed chunk after chunk. Within one version:
 
 - the rows under a bound do not change: replies are written only while they stream (in the
   tail), and a regenerate rewrites only the session's last reply (in the tail, never under the
@@ -78,7 +82,7 @@ class ArchiveWindow:
     oldest row (the window does not hold the whole archive)."""
 
     below_id: int
-    version: int  # the session's context_version it was read at
+    version: int  # the session's messages_version it was read at
     rows: list[ArchiveRow]
     more: bool
     size: int

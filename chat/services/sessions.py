@@ -56,10 +56,12 @@ def session_delete(*, session: ChatSession) -> None:
 
 def sessions_messages_changed(*, session_ids: list[int]) -> None:
     """Messages of these sessions were edited or deleted outside a turn (the admin): move their
-    context_version, which tells what was read of them before from what is there now (recall's
-    kept rows, chat/search/archive_window.py, in every process; a compaction in flight, which
-    then does not commit a summary of the old text)."""
-    ChatSession.objects.filter(pk__in=session_ids).update(context_version=F("context_version") + 1)
+    messages_version, which tells what was read of them before from what is there now (recall's
+    kept rows, chat/search/archive_window.py, in every process), and their context_version (a
+    compaction in flight then does not commit a summary of the old text)."""
+    ChatSession.objects.filter(pk__in=session_ids).update(
+        context_version=F("context_version") + 1, messages_version=F("messages_version") + 1
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +104,9 @@ def message_truncate(
         ChatSession.objects.filter(pk=locked.pk).counters_add(messages=-deleted)
         # Under the lock: the committed count, for the caller's budget.
         locked.message_count = max(0, locked.message_count - deleted)
-        fields = ["updated_at", "context_version"]
+        # Rows are gone: what recall kept of the archive is read again.
+        locked.messages_version += 1
+        fields = ["updated_at", "context_version", "messages_version"]
 
         anchor = locked.verbatim_since_message_id
         rewound = anchor is not None and message_id < anchor

@@ -13,10 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chat.admin import ChatMessageAdmin
+from chat.context import context_compact
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.search import archive_window
 from chat.search.archive_window import ArchiveRow, archive_window_read
 from chat.services.sessions import message_truncate
+from tests.chat.recall_setup import FORGETFUL_SUMMARY, recall_settings
 from tests.factories import ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db
@@ -38,8 +40,8 @@ def _ids_in_db(session, *, below_id: int, size: int) -> list[int]:
 
 
 def _read(session, *, below_id: int, size: int = 10):
-    """The window as a send reads it: at the session's context_version as stored now."""
-    version = ChatSession.objects.values_list("context_version", flat=True).get(pk=session.pk)
+    """The window as a send reads it: at the session's messages_version as stored now."""
+    version = ChatSession.objects.values_list("messages_version", flat=True).get(pk=session.pk)
     return archive_window_read(
         owner_id=session.owner_id,
         session_id=session.pk,
@@ -56,7 +58,7 @@ def test_a_kept_window_is_read_once_and_moves_with_its_bound(owner):
     assert [r.id for r in first.rows] == _ids_in_db(session, below_id=ids[20], size=10)
     assert first.more
     assert first.rows[0].folded == first.rows[0].content.casefold()
-    version = ChatSession.objects.values_list("context_version", flat=True).get(pk=session.pk)
+    version = ChatSession.objects.values_list("messages_version", flat=True).get(pk=session.pk)
     read = {"owner_id": session.owner_id, "session_id": session.pk, "size": 10, "version": version}
     with CaptureQueriesContext(connection) as same:
         again = archive_window_read(below_id=ids[20], **read)
@@ -303,3 +305,45 @@ def test_a_bound_moved_far_reads_the_window_anew(owner, monkeypatch):
     moved = _read(session, below_id=ids[30])
     assert [r.id for r in moved.rows] == _ids_in_db(session, below_id=ids[30], size=10)
     assert moved.more
+
+
+def test_a_window_stays_kept_through_a_compaction(owner, fake_llm, settings, tmp_path):
+    """A compaction moves the summary and the anchor, not a message: the window read before it
+    is still what the database holds, and the send after it (or during an import's compaction,
+    committed chunk by chunk) must not read the window's rows again before its first token."""
+    recall_settings(settings, tmp_path)
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=12, words=12)]
+    before = _read(session, below_id=ids[2])
+    fake_llm.script_summary(FORGETFUL_SUMMARY)
+    result = context_compact(session_id=session.pk, trigger="manual", force=True)
+    assert result.outcome == "committed", result
+    session.refresh_from_db()
+    assert session.context_version > 0 and session.messages_version == 0
+    with CaptureQueriesContext(connection) as kept:
+        again = _read(session, below_id=ids[2])
+    # The version's own read, and no row of the window.
+    assert len(kept) == 1 and again is before
+    # The send after it: its bound is the new anchor, above the old one; only the rows between
+    # are read, and the window is what the database holds under it.
+    anchor = session.verbatim_since_message_id
+    assert anchor is not None and anchor > ids[2]
+    with CaptureQueriesContext(connection) as moved:
+        after = _read(session, below_id=anchor)
+    assert len(moved) == 2
+    assert [r.id for r in after.rows] == _ids_in_db(session, below_id=anchor, size=10)
+
+
+def test_a_change_to_stored_messages_moves_their_version_and_nothing_else_does(owner, fake_llm):
+    session = ChatSessionFactory.create(owner=owner)
+    made = make_conversation(session, turns=6)
+    fake_llm.script_summary(FORGETFUL_SUMMARY)
+    assert context_compact(session_id=session.pk, trigger="manual", force=True).changed
+    session.refresh_from_db()
+    assert session.messages_version == 0
+    ChatMessageAdmin(ChatMessage, django_admin.site).save_model(None, made[0], None, True)
+    session.refresh_from_db()
+    assert session.messages_version == 1
+    message_truncate(session=session, message_id=made[-2].pk)
+    session.refresh_from_db()
+    assert session.messages_version == 2
