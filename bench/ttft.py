@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,9 @@ class DbRun:
     waited: int = 0  # sends that waited on a summarising call
     sends: int = 0
     inside: dict[str, Any] = field(default_factory=dict)
+    # Of the "imported, compacting" sends: how many the compaction was still committing during.
+    compacting_overlapped: int = 0
+    compacting_sent: int = 0
 
 
 def _probe(token: str) -> str:
@@ -177,7 +181,6 @@ async def _measure(
         first: float,
         done: dict[str, Any],
         timed: bool,
-        settled: Any = None,
     ) -> None:
         run.sends += 1
         metadata = done["message"]["metadata"]
@@ -185,10 +188,6 @@ async def _measure(
             run.waited += 1
         if timed:
             run.cells.setdefault((kind, transport), []).append(first)
-            if settled is not None:
-                # An imported session's send starts its compaction, whose summarising calls
-                # go to the same model server: the model's own figure is taken once it ended.
-                await settled
             # The model's own, for a payload of the size this send's was, right after it.
             alone = await _model_ttft(model, llm_url, payload_runes=metadata["payload_runes"])
             run.model.setdefault((kind, transport), []).append(alone)
@@ -214,13 +213,24 @@ async def _measure(
             # threads: a summarised session's send took ~19 ms after 0.5 s idle, ~10 ms in the
             # round-robin). The imported cell measures the session's state, not the idle.
             await _sse_send(api, next(fresh))
-            if transport == "REST SSE":
-                first, done = await _sse_send(api, imported)
-            else:
-                first, done = await _ws_send(await socket(imported))
-            await record(
-                "imported", transport, first, done, True, _compaction_settled(api, imported)
-            )
+            sent: list[tuple[float, float, dict[str, Any]]] = []
+            # The first send starts the session's first compaction; the second goes out as soon
+            # as the first's reply is done, while that compaction commits chunk after chunk.
+            for _ in range(2):
+                wall = time.time()
+                if transport == "REST SSE":
+                    first, done = await _sse_send(api, imported)
+                else:
+                    first, done = await _ws_send(await socket(imported))
+                sent.append((wall, first, done))
+            # Its summarising calls go to the same model server: the model's own figures are
+            # taken once it ended.
+            await _compaction_settled(api, imported)
+            await record("imported", transport, sent[0][1], sent[0][2], True)
+            run.compacting_sent += 1
+            if await _committed_after(api, imported, wall=sent[1][0]):
+                run.compacting_overlapped += 1
+                await record("imported, compacting", transport, sent[1][1], sent[1][2], True)
     finally:
         for ws in sockets.values():
             await ws.close()
@@ -251,6 +261,21 @@ async def _compaction_settled(api: httpx.AsyncClient, session_id: int) -> None:
         last = now
         await asyncio.sleep(0.2)
     raise RuntimeError(f"the background compaction of session {session_id} did not end in 120 s")
+
+
+async def _committed_after(api: httpx.AsyncClient, session_id: int, *, wall: float) -> bool:
+    """Whether a chunk of the session's compaction was committed after `wall` (a send that
+    started then ran while the compaction was still under way)."""
+    body = (
+        await api.get(
+            f"/api/v1/chat/sessions/{session_id}/context", params={"snapshots_limit": 100}
+        )
+    ).json()
+    return any(
+        snap["outcome"] == "committed"
+        and datetime.fromisoformat(snap["created_at"]).timestamp() > wall
+        for snap in body["snapshots"]
+    )
 
 
 def _run_database(*, label: str, url: str, args: Any) -> DbRun:
@@ -342,6 +367,13 @@ def _render(*, runs: list[DbRun], args: Any, command: str) -> str:
         sizes = sorted({int(k) for k, _ in run.cells if k.isdigit()})
         if sizes:
             lines += _ratio_lines(run, largest=str(sizes[-1]))
+        if run.compacting_sent:
+            lines += [
+                "",
+                f"*imported, compacting*: {run.compacting_overlapped} of {run.compacting_sent} "
+                "second sends went out while the first compaction was still committing (a "
+                "chunk committed after they started); only those are in the cell.",
+            ]
         lines += [
             "",
             f"Sends that waited on a summarising call: **{run.waited} of {run.sends}** "
@@ -388,6 +420,9 @@ def _intro_lines(*, runs: list[DbRun], args: Any, command: str) -> list[str]:
         "first send, right after an untimed send to a fresh session, as the server idled "
         "while the last compaction settled; its *model* figure is taken once the compaction "
         "that send started has ended, as its summarising calls go to the same model server). "
+        "*imported, compacting*: a second send to it, as soon as the first one's reply is "
+        "done, while the compaction the first started commits chunk after chunk (its *model* "
+        "figure also taken once that compaction ended). "
         "*added* = the cell's "
         "percentile minus the model's. All processes share the machine's 2 cores.",
         "",
