@@ -5,6 +5,9 @@
   bounded pool, so a burst of replies cannot start a thread storm.
 - `model_wait_run(fn, **kwargs)`: a request awaiting a summarising model call ("compact now").
 - `embedding_submit(fn, **kwargs)`: the background embedder (semantic recall), on its own thread.
+- `foreground_enter()` / `foreground_exit(key)` around a send's way to its first token, and
+  `background_yield()` between the steps of background work: the work waits while a send is
+  on its way.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -52,14 +57,71 @@ _pending: set[Future[Any]] = set()
 
 def _run(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     close_old_connections()
+    _background.active = True
     try:
         return fn(**kwargs)
     except Exception:
         logger.exception("chat_background_job_failed job=%s", getattr(fn, "__name__", fn))
         return None
     finally:
+        _background.active = False
         # Each job closes its connection: pool threads outlive the job by a long way.
         connections.close_all()
+
+
+# Sends of this process on their way to their first token (chat/turn/service.py), by key: when
+# each started. A background job is a thread of the same process: between its steps it waits
+# for them (background_yield). Without it, a send while an import's first compaction ran (its
+# extractive summary is ~0.1 s of Python per chunk) waited for the GIL at every hand-over, a 5
+# ms switch interval each: 34 ms added before its first token against 18 for the send that
+# started that compaction (bench ttft, SQLite).
+_foreground: dict[object, float] = {}
+# Held to change _foreground; background_yield waits on it (no polling: a thread waking every
+# millisecond would itself take the GIL from the send).
+_foreground_changed = threading.Condition()
+# A send that has not reached its first token after this long (a slow model, a send that
+# failed before its reply started) holds up nothing any more: a key never exited expires.
+FOREGROUND_SECONDS = 1.0
+# The longest one background_yield waits: a busy process (a send always on its way somewhere)
+# slows its background work down, never stops it.
+YIELD_MAX_SECONDS = 0.25
+_background = threading.local()
+
+
+def foreground_enter() -> object:
+    """A send of this process is on its way to its first token, until foreground_exit(key)."""
+    key = object()
+    with _foreground_changed:
+        _foreground[key] = time.monotonic()
+    return key
+
+
+def foreground_exit(key: object) -> None:
+    with _foreground_changed:
+        _foreground.pop(key, None)
+        if not _foreground:
+            _foreground_changed.notify_all()
+
+
+def background_yield() -> None:
+    """Between the steps of a background job (background_submit): wait while a send of this
+    process is on its way to its first token, up to YIELD_MAX_SECONDS. Anywhere else (a
+    compaction a send waits on, "compact now") it returns at once: that work is the send's."""
+    if not _foreground or not getattr(_background, "active", False):
+        return
+    deadline = time.monotonic() + YIELD_MAX_SECONDS
+    with _foreground_changed:
+        while _foreground:
+            now = time.monotonic()
+            for key, since in list(_foreground.items()):
+                if now - since > FOREGROUND_SECONDS:
+                    del _foreground[key]
+            if not _foreground:
+                return
+            until = min(deadline, min(_foreground.values()) + FOREGROUND_SECONDS)
+            if until <= now:
+                return
+            _foreground_changed.wait(until - now)
 
 
 def background_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:

@@ -32,6 +32,7 @@ from chat.context.facts import (
 from chat.context.guard import SUMMARY_HEADINGS, summary_heading_of
 from chat.context.heading import is_summary_prefix
 from chat.context.summarise import TranscriptMessage, transcript_text
+from chat.workers import background_yield
 
 _FACTS, _TASKS, _PREFERENCES, _QUESTIONS, _IDENTIFIERS = SUMMARY_HEADINGS
 _SECTION_OF_KIND = {"fact": _FACTS, "task": _TASKS, "preference": _PREFERENCES}
@@ -102,6 +103,8 @@ def _transcript_items(
 ) -> list[_Item]:
     items: list[_Item] = []
     for group, message in enumerate(messages, start=first_group):
+        # Each message's sentences are ~1 ms of Python: a send on its way goes first.
+        background_yield()
         if message.role == "system":
             continue
         for sentence in sentences_split(transcript_text(message)):
@@ -200,6 +203,7 @@ def summary_extractive(
             seen.add(_key(item.text))
             candidates.append(item)
     for text in [*(i.text for i in carried), *(transcript_text(m) for m in messages)]:
+        background_yield()
         identifiers.extend(i for i in identifiers_find(text) if identifier_listable(i))
     chosen = _select(candidates, room=room - min(room // 4, len("; ".join(identifiers))))
     while True:

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from chat.llm import get_provider, slots
 from chat.llm.base import Completion
 from chat.llm.window import tokens_learn
+from chat.workers import background_yield
 
 logger = logging.getLogger("chat.context")
 
@@ -83,6 +84,9 @@ def summarise_call(
         counter.calls += 1
     if not slots.background_turn():
         logger.info("chat_summary_not_idle: a one-slot server was never idle; calling anyway")
+    # A send on its way to its first token goes to the model first (a summary's prompt is ~50
+    # KB for the model server to read before it answers anyone else).
+    background_yield()
     result = provider.complete(
         messages=[
             {"role": "system", "content": instructions},

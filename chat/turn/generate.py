@@ -58,7 +58,7 @@ from chat.turn.registry import Emit, Generation, generation_tracked
 from chat.turn.rows import Turn
 from chat.turn.stream import stream_round
 from chat.turn.toolloop import RoundsResult, RoundsState, reply_rounds_run
-from chat.workers import background_submit, in_worker
+from chat.workers import background_submit, foreground_exit, in_worker
 
 logger = logging.getLogger("chat.reply")
 
@@ -120,6 +120,9 @@ async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult
         finally:
             gen.first_token_passed()  # a reply that ended without publishing anything
             slots.reply_ended()
+            if turn.foreground is not None:
+                # At the latest: the exit held for its first token waits on the event loop.
+                foreground_exit(turn.foreground)
 
 
 def _publish_done(gen: Generation, result: ReplyResult) -> None:
@@ -131,6 +134,9 @@ def _publish_done(gen: Generation, result: ReplyResult) -> None:
 
 async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> ReplyResult:
     started = time.monotonic()
+    if turn.foreground is not None:
+        key = turn.foreground
+        gen.after_first_token(lambda: foreground_exit(key))
     prepared = turn.prepared or await in_worker(turn_prepare)(turn)
     if prepared.compaction == "background":
         _compact_after_first_token(gen, session_id=turn.session.pk)

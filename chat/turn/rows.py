@@ -56,6 +56,9 @@ class Turn:
     prompt: SystemPrompt | None = None
     # Prepared in the same trip to the database as the store, when the adapter had it done.
     prepared: Prepared | None = None
+    # The send's key among this process's sends on their way to their first token
+    # (chat/workers.py foreground_enter): its reply exits it at its first token.
+    foreground: object | None = None
 
 
 def reply_for(*, user_message: ChatMessage) -> ChatMessage | None:

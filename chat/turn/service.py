@@ -36,7 +36,7 @@ from chat.turn.generate import ReplyResult, reply_generate, turn_prepare
 from chat.turn.registry import Emit, live_payload
 from chat.turn.replies import reply_restart
 from chat.turn.rows import Turn, turn_store
-from chat.workers import in_worker
+from chat.workers import foreground_enter, foreground_exit, in_worker
 
 logger = logging.getLogger("chat.realtime")
 
@@ -204,8 +204,19 @@ def turn_send(*, user: Any, session_id: Any, content: Any, client_id: Any) -> Tu
     and ReplyInProgress when the send may not queue."""
     send_rate_check(user=user)
     send = SendRequest(user=user, session_id=session_id, content=content, client_id=client_id)
-    run = _run_store(send=send)
-    return run if run is not None else TurnRun(send=send)
+    # From here to the reply's first token, this process's background work gives way.
+    key = foreground_enter()
+    try:
+        run = _run_store(send=send)
+    except BaseException:
+        foreground_exit(key)
+        raise
+    if run is None or run.turn is None or not run.turn.created:
+        # Queued behind another reply, or a repeat: no reply of its own starts now.
+        foreground_exit(key)
+        return run if run is not None else TurnRun(send=send)
+    run.turn.foreground = key
+    return run
 
 
 async def turn_open(

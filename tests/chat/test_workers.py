@@ -1,0 +1,124 @@
+"""Background work gives way to sends on their way to their first token (chat/workers.py)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import TimeoutError as FutureTimeout
+from unittest.mock import patch
+
+import pytest
+
+import chat.turn.generate as turn_generate
+from chat import workers
+from chat.context import context_compact
+from chat.workers import background_submit, background_yield, foreground_enter, foreground_exit
+from tests.chat.recall_setup import FORGETFUL_SUMMARY, recall_settings
+from tests.factories import ChatSessionFactory, make_conversation
+
+
+@pytest.fixture(autouse=True)
+def _no_sends_left_on_their_way():
+    yield
+    with workers._foreground_changed:
+        workers._foreground.clear()
+
+
+def _yielding_job(done: threading.Event) -> None:
+    background_yield()
+    done.set()
+
+
+def test_a_background_job_waits_for_a_send_on_its_way_and_goes_on_when_it_is_through():
+    done = threading.Event()
+    key = foreground_enter()
+    background_submit(_yielding_job, done=done)
+    assert not done.wait(0.2)
+    foreground_exit(key)
+    assert done.wait(5)
+
+
+def test_work_a_send_waits_on_does_not_wait_for_sends():
+    """A compaction a send waits on ("compact first", "compact now") is that send's own work:
+    it never waits for the sends on their way, its own among them."""
+    key = foreground_enter()
+    done = threading.Event()
+    try:
+        thread = threading.Thread(target=_yielding_job, kwargs={"done": done})
+        thread.start()
+        assert done.wait(5)
+        _yielding_job(done)  # the request's own thread too
+    finally:
+        foreground_exit(key)
+
+
+def test_a_send_that_never_reaches_its_first_token_holds_nothing_up_for_long(monkeypatch):
+    monkeypatch.setattr(workers, "FOREGROUND_SECONDS", 0.1)
+    foreground_enter()  # never exited: a send that failed before its reply started
+    done = threading.Event()
+    background_submit(_yielding_job, done=done)
+    assert done.wait(5)
+    assert not workers._foreground
+
+
+def test_a_busy_process_slows_background_work_down_and_never_stops_it(monkeypatch):
+    monkeypatch.setattr(workers, "YIELD_MAX_SECONDS", 0.1)
+    key = foreground_enter()
+    done = threading.Event()
+    background_submit(_yielding_job, done=done)
+    assert done.wait(5)
+    foreground_exit(key)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_send_is_on_its_way_from_its_checks_until_its_reply_is_out(owner, api, fake_llm):
+    session = ChatSessionFactory.create(owner=owner)
+    on_its_way: list[int] = []
+    real = turn_generate.foreground_exit
+
+    def spy(key: object) -> None:
+        on_its_way.append(len(workers._foreground))
+        real(key)
+
+    fake_llm.script("Hello there.")
+    with patch.object(turn_generate, "foreground_exit", spy):
+        r = api.post(
+            "/api/v1/chat/send", {"session_id": session.pk, "content": "hi"}, format="json"
+        )
+    assert r.status_code == 200, r.content
+    assert on_its_way and on_its_way[0] == 1
+    assert not workers._foreground
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_send_and_a_repeated_one_leave_nothing_on_its_way(owner, api, fake_llm):
+    session = ChatSessionFactory.create(owner=owner)
+    r = api.post("/api/v1/chat/send", {"session_id": session.pk, "content": ""}, format="json")
+    assert r.status_code == 400
+    assert not workers._foreground
+    body = {"session_id": session.pk, "content": "hi", "client_id": "c-1"}
+    assert api.post("/api/v1/chat/send", body, format="json").status_code == 200
+    assert not workers._foreground
+    assert api.post("/api/v1/chat/send", body, format="json").status_code == 200
+    assert not workers._foreground
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_background_compaction_calls_the_model_only_once_no_send_is_on_its_way(
+    owner, fake_llm, settings, tmp_path, monkeypatch
+):
+    """The summarising call waits for the send (a one-slot or busy model server would answer
+    the summary's ~50 KB prompt first), then the compaction commits as it would have."""
+    recall_settings(settings, tmp_path)
+    monkeypatch.setattr(workers, "YIELD_MAX_SECONDS", 30.0)
+    monkeypatch.setattr(workers, "FOREGROUND_SECONDS", 30.0)
+    session = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=12, words=12)
+    fake_llm.script_summary(FORGETFUL_SUMMARY)
+    key = foreground_enter()
+    job = background_submit(context_compact, session_id=session.pk, trigger="manual", force=True)
+    with pytest.raises(FutureTimeout):
+        job.result(timeout=0.5)
+    assert fake_llm.count("summary") == 0
+    foreground_exit(key)
+    assert job.result(timeout=30).outcome == "committed"
+    assert fake_llm.count("summary") == 1
