@@ -235,7 +235,10 @@ async def _compact_first(gen: Generation, *, turn: Turn, attempt: Attempt) -> No
     attempt.rows_read += result.rows_read
     attempt.summary_calls += result.llm_calls
     state = attempt.state
-    if result.changed:
+    # Read again when it changed anything, and when another compaction had the session
+    # (`busy`, `conflict`) or had just committed (`skipped`): built from the state read before,
+    # the payload would carry the old summary and a tail that no longer fits, trimmed to fit.
+    if result.changed or result.outcome in ("skipped", "busy", "conflict"):
         state = await in_worker(context_state_fresh)(
             session_id=session_id, query=query, prompt=state.prompt
         )

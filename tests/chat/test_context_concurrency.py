@@ -261,3 +261,41 @@ def test_truncation_during_a_summarising_call_keeps_its_summary_out(owner, fake_
     assert session.context_summary == summary_of("question 0 and its answer")
     sent = json.dumps(fake_llm.calls[-1].body)
     assert "question 7" not in sent and "question 0" in sent
+
+
+def test_a_send_that_finds_its_compaction_done_by_another_sends_the_new_summary(
+    owner, fake_llm, settings, monkeypatch
+):
+    """Compact first (background compaction off): another caller committed between this send's
+    read and its own try, which is `skipped`. The payload is built from the session as it is
+    now (the new summary, the tail after its anchor), not from the state read before it."""
+    import chat.turn.generate as turn_generate
+    from chat.context import CompactionResult
+    from tests.chat.recall_setup import FORGETFUL_SUMMARY
+
+    settings.CHAT_CONTEXT = SMALL
+    settings.CHAT_BACKGROUND_COMPACTION = False
+    session = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=8, words=40)
+    real = turn_generate.context_compact
+
+    def compacted_by_another(**kwargs):
+        assert real(**kwargs).outcome == "committed"
+        return CompactionResult(outcome="skipped", trigger=kwargs["trigger"])
+
+    monkeypatch.setattr(turn_generate, "context_compact", compacted_by_another)
+    fake_llm.script_summary(FORGETFUL_SUMMARY)
+    client = APIClient()
+    client.force_authenticate(owner)
+    r = client.post(
+        "/api/v1/chat/send", {"session_id": session.pk, "content": "and now?"}, format="json"
+    )
+    assert r.status_code == 200, r.content
+    system = fake_llm.calls[-1].body["messages"][0]["content"]
+    assert "The user asked many questions." in system
+    session.refresh_from_db()
+    sent = [m["content"] for m in fake_llm.calls[-1].body["messages"][1:]]
+    archived = ChatMessage.objects.filter(
+        session=session, id__lt=session.verbatim_since_message_id
+    ).values_list("content", flat=True)
+    assert not set(sent) & set(archived)
