@@ -137,6 +137,7 @@ def _window(
     size: int,
     read_at: float,
     older_hits: dict[tuple[int, str], list[int]] | None = None,
+    matched: dict[str, tuple[int, ...]] | None = None,
 ) -> ArchiveWindow:
     runes = sum(len(r.content) + len(r.folded) for r in rows)
     by_id = {r.id: r for r in rows}
@@ -152,8 +153,30 @@ def _window(
         older_hits or {},
         by_id,
         lengths,
-        {},
+        matched or {},
     )
+
+
+def _matched_moved(
+    kept: ArchiveWindow, *, added: list[ArchiveRow], rows: list[ArchiveRow]
+) -> dict[str, tuple[int, ...]]:
+    """The words `kept` matched, for the window its bound moved to (`rows`, newest first: the
+    `added` rows on top of kept's, its oldest fallen off the end): the added rows scanned for
+    each word, and the matches under the new oldest row dropped. A session whose bound moves
+    every send (no summary yet, or an import's first compaction) otherwise scanned all of its
+    rows again for every word of every send (~1.5 ms for eleven words and 1,000 rows)."""
+    if not rows:
+        return {}
+    oldest = rows[-1].id
+    moved: dict[str, tuple[int, ...]] = {}
+    for term, ids in list(kept.matched.items()):
+        end = len(ids)
+        # Newest first: the fallen-off rows are at the end (as many as were added, at most).
+        while end and ids[end - 1] < oldest:
+            end -= 1
+        found = tuple(r.id for r in added if r.id >= oldest and term in r.folded)
+        moved[term] = found + ids[:end]
+    return moved
 
 
 _lock = threading.Lock()
@@ -197,6 +220,7 @@ def archive_window_read(
                 read_at=kept.read_at,
                 # A copy: the entries of a bound this window no longer has are never asked for.
                 older_hits=dict(kept.older_hits),
+                matched=_matched_moved(kept, added=added, rows=within),
             )
             _keep(key, window)
             return window

@@ -282,19 +282,52 @@ def test_the_terms_a_window_kept_are_bounded(monkeypatch):
     assert "alpha beta" not in window.matched and "a" * 65 not in window.matched
 
 
-def test_a_moved_window_finds_a_word_again_in_its_new_rows(owner):
-    """The words a window kept are its own: the window a moved bound reads starts without
-    them, and finds the word in the rows it added."""
+def test_a_moved_window_carries_its_words_over_and_finds_them_in_its_new_rows(owner):
+    """The window a moved bound reads keeps the words its predecessor was asked, matched in
+    the rows it added and no longer in those that fell off its end; the predecessor's own
+    stay as they were."""
     session = ChatSessionFactory.create(owner=owner)
     ids = [m.pk for m in make_conversation(session, turns=6)]
     first = _read(session, below_id=ids[6])
     assert first.containing("zebra") == ()
+    assert first.containing("question") != ()
     said = ChatMessage.objects.create(session=session, role=MessageRole.USER, content="A Zebra!")
     later = ChatMessage.objects.create(session=session, role=MessageRole.ASSISTANT, content="ok")
     moved = _read(session, below_id=later.pk)
-    assert moved is not first and "zebra" not in moved.matched
-    assert moved.containing("zebra") == (said.pk,)
+    assert moved is not first
+    assert moved.matched["zebra"] == (said.pk,) == moved.containing("zebra")
+    expected = tuple(r.id for r in moved.rows if "question" in r.folded)
+    assert moved.matched["question"] == expected
+    assert ids[0] not in {r.id for r in moved.rows}  # its oldest fell off the end
     assert first.containing("zebra") == ()
+
+
+@given(
+    texts=st.lists(st.text(_ALPHABET, max_size=12), min_size=2, max_size=14),
+    split=st.integers(1, 13),
+    size=st.integers(1, 10),
+    terms=st.lists(st.text(_ALPHABET, min_size=1, max_size=3), min_size=1, max_size=4),
+)
+def test_a_moved_window_keeps_exactly_the_matches_a_scan_of_its_rows_finds(
+    texts, split, size, terms
+):
+    rows = [
+        ArchiveRow(i + 1, MessageRole.USER, datetime.now(UTC), text, text.casefold())
+        for i, text in enumerate(texts)
+    ]
+    split = min(split, len(rows) - 1)
+    older, added = rows[:split][::-1], rows[split:][::-1]
+    kept = archive_window._window(
+        below_id=split + 1, version=0, rows=older[:size], more=False, size=size, read_at=0.0
+    )
+    asked = [t.casefold() for t in terms if not any(c.isspace() for c in t)]
+    for term in asked:
+        kept.containing(term)
+    moved_rows = [*added, *kept.rows][:size]
+    carried = archive_window._matched_moved(kept, added=added, rows=moved_rows)
+    assert set(carried) == set(kept.matched)
+    for term, ids in carried.items():
+        assert ids == tuple(r.id for r in moved_rows if term in r.folded), term
 
 
 def test_a_bound_moved_far_reads_the_window_anew(owner, monkeypatch):
