@@ -93,8 +93,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: it sees a deferred response after every other middleware has (cadau/deferred.py).
     "cadau.deferred.DeferredResponseMiddleware",
-    # gzip for pages and JSON, after everything else has written the body; never streams.
-    "cadau.compression.CompressionMiddleware",
+    "chat.middleware.TurnForegroundMiddleware",  # early: background work gives way to a send
+    "cadau.compression.CompressionMiddleware",  # gzip, after the body is written; never streams
     "django.middleware.security.SecurityMiddleware",
     "chat.middleware.ContentSecurityPolicyMiddleware",
     "chat.middleware.StaticFilesMiddleware",

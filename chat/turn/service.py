@@ -187,14 +187,28 @@ def _run_of(turn: Turn) -> TurnRun:
 
 def _run_store(*, send: SendRequest, abandoned: Callable[[], bool] | None = None) -> TurnRun | None:
     """Check and store the send's turn and prepare its reply, in one trip to the database.
-    None while another reply of the session is generating and the send may queue."""
+    None while another reply of the session is generating and the send may queue.
+
+    From its checks to its reply's first token, a new turn is on its way: this process's
+    background work gives way to it (chat/workers.py)."""
+    key = foreground_enter()
     try:
-        turn = turn_store(send=send, abandoned=abandoned)
-    except ReplyInProgress:
-        if settings.CHAT_SEND_QUEUE_SECONDS <= 0:
-            raise
-        return None
-    return _run_of(turn)
+        try:
+            turn = turn_store(send=send, abandoned=abandoned)
+        except ReplyInProgress:
+            if settings.CHAT_SEND_QUEUE_SECONDS <= 0:
+                raise
+            foreground_exit(key)
+            return None
+        run = _run_of(turn)
+    except BaseException:
+        foreground_exit(key)
+        raise
+    if run.turn is not None and run.turn.created:
+        run.turn.foreground = key
+    else:
+        foreground_exit(key)  # a repeat: its first send's reply runs, or ran, already
+    return run
 
 
 def turn_send(*, user: Any, session_id: Any, content: Any, client_id: Any) -> TurnRun:
@@ -204,19 +218,8 @@ def turn_send(*, user: Any, session_id: Any, content: Any, client_id: Any) -> Tu
     and ReplyInProgress when the send may not queue."""
     send_rate_check(user=user)
     send = SendRequest(user=user, session_id=session_id, content=content, client_id=client_id)
-    # From here to the reply's first token, this process's background work gives way.
-    key = foreground_enter()
-    try:
-        run = _run_store(send=send)
-    except BaseException:
-        foreground_exit(key)
-        raise
-    if run is None or run.turn is None or not run.turn.created:
-        # Queued behind another reply, or a repeat: no reply of its own starts now.
-        foreground_exit(key)
-        return run if run is not None else TurnRun(send=send)
-    run.turn.foreground = key
-    return run
+    run = _run_store(send=send)
+    return run if run is not None else TurnRun(send=send)
 
 
 async def turn_open(
@@ -256,8 +259,13 @@ def turn_regenerate(*, user: Any, session_id: Any, message_id: int | None = None
         user_message=user_message,
         reply=reply,
         query=user_message.content if user_message else "",
+        foreground=foreground_enter(),
     )
-    turn.prepared = turn_prepare(turn)
+    try:
+        turn.prepared = turn_prepare(turn)
+    except BaseException:
+        foreground_exit(turn.foreground)
+        raise
     return TurnRun(turn=turn)
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import TimeoutError as FutureTimeout
 from unittest.mock import patch
 
 import pytest
+from django.http import HttpResponse
+from django.test import RequestFactory
 
 import chat.turn.generate as turn_generate
 from chat import workers
 from chat.context import context_compact
+from chat.middleware import TurnForegroundMiddleware
 from chat.workers import background_submit, background_yield, foreground_enter, foreground_exit
 from tests.chat.recall_setup import FORGETFUL_SUMMARY, recall_settings
 from tests.factories import ChatSessionFactory, make_conversation
@@ -69,9 +73,14 @@ def test_a_busy_process_slows_background_work_down_and_never_stops_it(monkeypatc
     foreground_exit(key)
 
 
+@pytest.mark.parametrize("route", ["send", "regenerate"])
 @pytest.mark.django_db(transaction=True)
-def test_a_send_is_on_its_way_from_its_checks_until_its_reply_is_out(owner, api, fake_llm):
+def test_a_turn_is_on_its_way_from_its_checks_until_its_reply_is_out(owner, api, fake_llm, route):
     session = ChatSessionFactory.create(owner=owner)
+    body = {"session_id": session.pk, "content": "hi"}
+    if route == "regenerate":
+        assert api.post("/api/v1/chat/send", body, format="json").status_code == 200
+        body = {"session_id": session.pk}
     on_its_way: list[int] = []
     real = turn_generate.foreground_exit
 
@@ -81,9 +90,7 @@ def test_a_send_is_on_its_way_from_its_checks_until_its_reply_is_out(owner, api,
 
     fake_llm.script("Hello there.")
     with patch.object(turn_generate, "foreground_exit", spy):
-        r = api.post(
-            "/api/v1/chat/send", {"session_id": session.pk, "content": "hi"}, format="json"
-        )
+        r = api.post(f"/api/v1/chat/{route}", body, format="json")
     assert r.status_code == 200, r.content
     assert on_its_way and on_its_way[0] == 1
     assert not workers._foreground
@@ -122,3 +129,31 @@ def test_a_background_compaction_calls_the_model_only_once_no_send_is_on_its_way
     foreground_exit(key)
     assert job.result(timeout=30).outcome == "committed"
     assert fake_llm.count("summary") == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "held"),
+    [
+        ("post", "/api/v1/chat/send", 1),
+        ("post", "/api/v1/chat/regenerate", 1),
+        ("get", "/api/v1/chat/send", 0),
+        ("post", "/api/v1/chat/sessions", 0),
+    ],
+)
+def test_a_send_is_on_its_way_from_its_arrival_in_either_mode(method, path, held):
+    """Before DRF authenticates, throttles and parses it (the turn service holds it from its
+    checks on): the middleware chain's first steps, sync or async."""
+    seen: list[int] = []
+
+    def view(request):
+        seen.append(len(workers._foreground))
+        return HttpResponse("ok")
+
+    async def async_view(request):
+        return view(request)
+
+    request = getattr(RequestFactory(), method)(path)
+    TurnForegroundMiddleware(view)(request)
+    asyncio.run(TurnForegroundMiddleware(async_view)(request))
+    assert seen == [held, held]
+    assert not workers._foreground
