@@ -123,6 +123,15 @@ class ChatSessionAdmin(admin.ModelAdmin):
     show_full_result_count = False
     actions = ("recompact", "reset_summary")
 
+    def save_model(self, request: HttpRequest, obj: ChatSession, form: Any, change: bool) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        # Only what the form changed: a whole-row save writes back the summary, the anchor and
+        # the versions as the form loaded them, undoing a compaction or a truncation committed
+        # in between (and a kept archive window would then trust rows since deleted).
+        obj.save(update_fields=[*form.changed_data, "updated_at"])
+
     @admin.action(description="Recompact now (in the background)")
     def recompact(self, request: HttpRequest, queryset: QuerySet[ChatSession]) -> None:
         # Summarising calls take seconds each; an operator's request must not wait on them.

@@ -58,6 +58,7 @@ _pending: set[Future[Any]] = set()
 def _run(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
     close_old_connections()
     _background.active = True
+    _background.waited = 0.0
     try:
         return fn(**kwargs)
     except Exception:
@@ -82,9 +83,11 @@ _foreground_changed = threading.Condition()
 # A send that has not reached its first token after this long (a slow model, a send that
 # failed before its reply started) holds up nothing any more: a key never exited expires.
 FOREGROUND_SECONDS = 1.0
-# The longest one background_yield waits: a busy process (a send always on its way somewhere)
-# slows its background work down, never stops it.
+# The longest one background_yield waits, and all of one job's waits together: a busy process
+# (a send always on its way somewhere, or a flood of requests to the send route, which count
+# from their arrival, before they are authenticated) delays a job by a second at most.
 YIELD_MAX_SECONDS = 0.25
+YIELD_JOB_SECONDS = 1.0
 _background = threading.local()
 
 
@@ -92,6 +95,7 @@ def foreground_enter() -> object:
     """A send of this process is on its way to its first token, until foreground_exit(key)."""
     key = object()
     with _foreground_changed:
+        _expire(time.monotonic())
         _foreground[key] = time.monotonic()
     return key
 
@@ -105,23 +109,33 @@ def foreground_exit(key: object) -> None:
 
 def background_yield() -> None:
     """Between the steps of a background job (background_submit): wait while a send of this
-    process is on its way to its first token, up to YIELD_MAX_SECONDS. Anywhere else (a
-    compaction a send waits on, "compact now") it returns at once: that work is the send's."""
+    process is on its way to its first token, up to YIELD_MAX_SECONDS, and YIELD_JOB_SECONDS
+    for the whole job. Anywhere else (a compaction a send waits on, "compact now") it returns
+    at once: that work is the send's."""
     if not _foreground or not getattr(_background, "active", False):
         return
-    deadline = time.monotonic() + YIELD_MAX_SECONDS
-    with _foreground_changed:
-        while _foreground:
-            now = time.monotonic()
-            for key, since in list(_foreground.items()):
-                if now - since > FOREGROUND_SECONDS:
-                    del _foreground[key]
-            if not _foreground:
-                return
-            until = min(deadline, min(_foreground.values()) + FOREGROUND_SECONDS)
-            if until <= now:
-                return
-            _foreground_changed.wait(until - now)
+    started = time.monotonic()
+    left = min(YIELD_MAX_SECONDS, YIELD_JOB_SECONDS - _background.waited)
+    try:
+        with _foreground_changed:
+            while _foreground:
+                now = time.monotonic()
+                _expire(now)
+                if not _foreground:
+                    return
+                until = min(started + left, min(_foreground.values()) + FOREGROUND_SECONDS)
+                if until <= now:
+                    return
+                _foreground_changed.wait(until - now)
+    finally:
+        _background.waited += time.monotonic() - started
+
+
+def _expire(now: float) -> None:
+    """Forget the sends that never reached their first token (held under the condition)."""
+    for key, since in list(_foreground.items()):
+        if now - since > FOREGROUND_SECONDS:
+            del _foreground[key]
 
 
 def background_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:

@@ -293,6 +293,14 @@ def context_state_fresh(
     return context_state_read(session=session, query=query, prompt=prompt)
 
 
+def context_moved(*, session: ChatSession) -> bool:
+    """Whether the session's summary or anchor moved (a compaction committed, a truncation) since
+    `session` was read: its context_version is no longer the one stored."""
+    return not ChatSession.objects.filter(
+        pk=session.pk, context_version=session.context_version
+    ).exists()
+
+
 def context_state_after_reply(
     *, state: ContextState, message: ChatMessage, unchanged: bool
 ) -> ContextState:

@@ -17,6 +17,7 @@ from django.conf import settings
 from chat.context import (
     context_budget_from_state,
     context_compact,
+    context_moved,
     context_needs_compaction,
     context_state_fresh,
 )
@@ -235,10 +236,14 @@ async def _compact_first(gen: Generation, *, turn: Turn, attempt: Attempt) -> No
     attempt.rows_read += result.rows_read
     attempt.summary_calls += result.llm_calls
     state = attempt.state
-    # Read again when it changed anything, and when another compaction had the session
-    # (`busy`, `conflict`) or had just committed (`skipped`): built from the state read before,
-    # the payload would carry the old summary and a tail that no longer fits, trimmed to fit.
-    if result.changed or result.outcome in ("skipped", "busy", "conflict"):
+    # Read again when it changed anything, and when the session moved under it all the same
+    # (another caller's compaction committed first: `skipped`, `busy`, `conflict`). Built from
+    # the state read before, the payload would carry the old summary and a tail that no longer
+    # fits, trimmed to fit. Asked, not assumed: the seed's loop is `skipped` on most sends.
+    if result.changed or (
+        result.outcome in ("skipped", "busy", "conflict")
+        and await in_worker(context_moved)(session=state.session)
+    ):
         state = await in_worker(context_state_fresh)(
             session_id=session_id, query=query, prompt=state.prompt
         )

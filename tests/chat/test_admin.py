@@ -108,3 +108,32 @@ def test_message_search_uses_the_index_and_finds_chinese(admin_client, data):
     assert "question" not in admin_client.get(url, {"q": "生产环境"}).content.decode()
     refused = admin_client.get(url, {"q": "x" * 300})
     assert refused.status_code == 200 and "at most 200 characters" in refused.content.decode()
+
+
+def test_a_session_saved_in_the_admin_keeps_what_moved_since_its_form_was_loaded(data):
+    """The form was loaded, then a truncation (or a compaction) committed: saving the form's
+    title must not write back the versions, summary and anchor it loaded."""
+    from django.contrib import admin as django_admin
+    from django.test import RequestFactory
+
+    from chat.admin import ChatSessionAdmin
+    from chat.models import ChatSession
+    from chat.services.sessions import message_truncate
+
+    _, session, messages, _ = data
+    model_admin = ChatSessionAdmin(ChatSession, django_admin.site)
+    loaded = ChatSession.objects.get(pk=session.pk)
+    form_class = model_admin.get_form(RequestFactory().get("/"), loaded)
+    form = form_class(
+        {"owner": loaded.owner_id, "agent": loaded.agent_id, "title": "Renamed"},
+        instance=loaded,
+    )
+    assert form.is_valid(), form.errors
+    message_truncate(session=session, message_id=messages[-2].pk)
+    moved = ChatSession.objects.get(pk=session.pk)
+    model_admin.save_model(None, form.save(commit=False), form, True)
+    saved = ChatSession.objects.get(pk=session.pk)
+    assert saved.title == "Renamed"
+    assert saved.messages_version == moved.messages_version > loaded.messages_version
+    assert saved.context_version == moved.context_version
+    assert saved.message_count == moved.message_count

@@ -299,3 +299,40 @@ def test_a_send_that_finds_its_compaction_done_by_another_sends_the_new_summary(
         session=session, id__lt=session.verbatim_since_message_id
     ).values_list("content", flat=True)
     assert not set(sent) & set(archived)
+
+
+def test_a_send_whose_compaction_had_nothing_to_do_reads_nothing_again(
+    owner, fake_llm, settings, monkeypatch
+):
+    """`skipped` is also "nothing to do" (the seed's loop, most sends): the state is read again
+    only when the session moved."""
+    import chat.turn.generate as turn_generate
+    from chat.context import CompactionResult
+
+    settings.CHAT_CONTEXT = SMALL
+    settings.CHAT_BACKGROUND_COMPACTION = False
+    session = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=8, words=40)
+    tried: list[int] = []
+
+    def nothing_to_do(**kwargs):
+        tried.append(kwargs["session_id"])
+        return CompactionResult(outcome="skipped", trigger=kwargs["trigger"])
+
+    monkeypatch.setattr(turn_generate, "context_compact", nothing_to_do)
+    fresh_reads: list[int] = []
+    real = turn_generate.context_state_fresh
+
+    def counted(**kwargs):
+        fresh_reads.append(kwargs["session_id"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(turn_generate, "context_state_fresh", counted)
+    client = APIClient()
+    client.force_authenticate(owner)
+    r = client.post(
+        "/api/v1/chat/send", {"session_id": session.pk, "content": "and now?"}, format="json"
+    )
+    assert r.status_code == 200, r.content
+    assert fake_llm.count("chat") == 1
+    assert tried == [session.pk] and fresh_reads == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from unittest.mock import patch
 
@@ -25,6 +26,15 @@ def _no_sends_left_on_their_way():
     yield
     with workers._foreground_changed:
         workers._foreground.clear()
+        workers._foreground_changed.notify_all()  # a job still waiting goes on
+
+
+@pytest.fixture
+def _long_waits(monkeypatch):
+    """Waits long enough that a test's timing can only pass for the reason it names."""
+    monkeypatch.setattr(workers, "YIELD_MAX_SECONDS", 30.0)
+    monkeypatch.setattr(workers, "YIELD_JOB_SECONDS", 30.0)
+    monkeypatch.setattr(workers, "FOREGROUND_SECONDS", 30.0)
 
 
 def _yielding_job(done: threading.Event) -> None:
@@ -32,6 +42,7 @@ def _yielding_job(done: threading.Event) -> None:
     done.set()
 
 
+@pytest.mark.usefixtures("_long_waits")
 def test_a_background_job_waits_for_a_send_on_its_way_and_goes_on_when_it_is_through():
     done = threading.Event()
     key = foreground_enter()
@@ -55,6 +66,7 @@ def test_work_a_send_waits_on_does_not_wait_for_sends():
         foreground_exit(key)
 
 
+@pytest.mark.usefixtures("_long_waits")
 def test_a_send_that_never_reaches_its_first_token_holds_nothing_up_for_long(monkeypatch):
     monkeypatch.setattr(workers, "FOREGROUND_SECONDS", 0.1)
     foreground_enter()  # never exited: a send that failed before its reply started
@@ -64,13 +76,38 @@ def test_a_send_that_never_reaches_its_first_token_holds_nothing_up_for_long(mon
     assert not workers._foreground
 
 
+@pytest.mark.usefixtures("_long_waits")
 def test_a_busy_process_slows_background_work_down_and_never_stops_it(monkeypatch):
     monkeypatch.setattr(workers, "YIELD_MAX_SECONDS", 0.1)
     key = foreground_enter()
     done = threading.Event()
+    started = time.monotonic()
     background_submit(_yielding_job, done=done)
     assert done.wait(5)
+    assert time.monotonic() - started < 2
     foreground_exit(key)
+
+
+def _many_yields(steps: int, finished: list[float]) -> None:
+    started = time.monotonic()
+    for _ in range(steps):
+        background_yield()
+    finished.append(time.monotonic() - started)
+
+
+@pytest.mark.usefixtures("_long_waits")
+def test_sends_that_never_stop_coming_delay_a_job_by_its_budget_at_most(monkeypatch):
+    """A flood of requests to the send route (they count from their arrival, before they are
+    authenticated) keeps the process busy all the time: a job's steps go on once its budget is
+    spent."""
+    monkeypatch.setattr(workers, "YIELD_MAX_SECONDS", 0.2)
+    monkeypatch.setattr(workers, "YIELD_JOB_SECONDS", 0.5)
+    key = foreground_enter()
+    finished: list[float] = []
+    job = background_submit(_many_yields, steps=50, finished=finished)
+    job.result(timeout=10)
+    foreground_exit(key)
+    assert 0.4 < finished[0] < 3
 
 
 @pytest.mark.parametrize("route", ["send", "regenerate"])
