@@ -4,6 +4,7 @@ rewrites its own section and leaves the others (possibly measured on another day
 from __future__ import annotations
 
 import re
+import statistics
 from pathlib import Path
 
 HEADER = """# Benchmarks
@@ -30,3 +31,12 @@ def write_section(*, path: Path, name: str, body: str) -> None:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
+
+
+def pct(values: list[float], q: int) -> float:
+    """The q-th percentile of `values` (inclusive method); NaN for none."""
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 import httpx
 
 from bench.procs import ServerProcess, app_env, worker_run
+from bench.report import pct
 from bench.search_data import QUERIES, parse_layout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,14 +199,6 @@ def _run_database(*, label: str, url: str, args: Any) -> dict[str, Any]:
 
 
 # --- report ------------------------------------------------------------------------------------
-
-
-def pct(values: list[float], q: int) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def _f(ms: float) -> str:

@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.report import pct
+
 # Targets (the issue): Cadau adds at most this much to the model's own time to first token.
 TARGET_P50_MS = 10.0
 TARGET_P95_MS = 20.0
@@ -31,14 +33,6 @@ class DbRun:
     # Of the "imported, compacting" sends: how many the compaction was still committing during.
     compacting_overlapped: int = 0
     compacting_sent: int = 0
-
-
-def _pct(values: list[float], q: int) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def _f(ms: float) -> str:
@@ -155,13 +149,13 @@ def _cell_lines(run: DbRun) -> list[str]:
     ]
     for (kind, transport), values in run.cells.items():
         model = run.model[(kind, transport)]
-        added50 = _pct(values, 50) - _pct(model, 50)
-        added95 = _pct(values, 95) - _pct(model, 95)
+        added50 = pct(values, 50) - pct(model, 50)
+        added95 = pct(values, 95) - pct(model, 95)
         met = added50 <= TARGET_P50_MS and added95 <= TARGET_P95_MS
         lines.append(
             f"| {kind} | {transport} | {len(values)} "
-            f"| {_f(_pct(model, 50))} / {_f(_pct(model, 95))} | {_f(_pct(values, 50))} "
-            f"| {_f(_pct(values, 95))} | {_f(_pct(values, 99))} | {_f(added50)} "
+            f"| {_f(pct(model, 50))} / {_f(pct(model, 95))} | {_f(pct(values, 50))} "
+            f"| {_f(pct(values, 95))} | {_f(pct(values, 99))} | {_f(added50)} "
             f"| {_f(added95)} | {'yes' if met else '**no**'} |"
         )
     return lines
@@ -172,8 +166,8 @@ def _ratio_lines(run: DbRun, *, largest: str) -> list[str]:
     lines = ["", f"The {int(largest):,}-message session against a fresh one:", ""]
     for transport in ("REST SSE", "WebSocket"):
         big, fresh = run.cells[(largest, transport)], run.cells[("fresh", transport)]
-        r50 = _pct(big, 50) / _pct(fresh, 50)
-        r95 = _pct(big, 95) / _pct(fresh, 95)
+        r50 = pct(big, 50) / pct(fresh, 50)
+        r95 = pct(big, 95) / pct(fresh, 95)
         met = r50 <= TARGET_RATIO and r95 <= TARGET_RATIO
         lines.append(
             f"- {transport}: p50 {r50:.2f}x, p95 {r95:.2f}x "
