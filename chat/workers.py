@@ -94,9 +94,10 @@ _background = threading.local()
 def foreground_enter() -> object:
     """A send of this process is on its way to its first token, until foreground_exit(key)."""
     key = object()
+    now = time.monotonic()
     with _foreground_changed:
-        _expire(time.monotonic())
-        _foreground[key] = time.monotonic()
+        _expire(now)
+        _foreground[key] = now
     return key
 
 
