@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import operator
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -85,6 +86,8 @@ PHRASE_BONUS = 100.0
 # What one recalled message may take: a long one is cut around its match.
 EXCERPT_RUNES = 1200
 _ROLES = (MessageRole.USER, MessageRole.ASSISTANT)
+# (id, score) pairs by score, then id.
+_by_score = operator.itemgetter(1, 0)
 
 
 def _weighted_terms(ask: RecallAsk) -> dict[str, float]:
@@ -159,7 +162,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         base, scale = 1 - LENGTH_NORM, LENGTH_NORM / average
         for mid in ids:
             scores[mid] += idf / (base + scale * length_of.get(mid, average))
-        matched_by = dict.fromkeys(ids, term) | matched_by  # the first term to match names it
+            matched_by.setdefault(mid, term)  # the first term to match names it
         if weight == 1.0:
             asked.update(ids)
     if any(weight == 1.0 for weight in terms.values()):
@@ -312,7 +315,9 @@ def _fit(
     matched_by: dict[int, str],
     known: dict[int, ArchiveRow],
 ) -> list[Recalled]:
-    ranked = sorted(scores, key=lambda mid: (-scores[mid], -mid))[:NEIGHBOURED_MAX]
+    # Best first, the newest of equals first (a C key: thousands of scores on a long chat).
+    ranked = [mid for mid, _ in sorted(scores.items(), key=_by_score, reverse=True)]
+    ranked = ranked[:NEIGHBOURED_MAX]
     near = _neighbours(session_id=ask.session_id, ids=ranked, sequence=sequence)
 
     # The payload's core starts after the gap (or at the tail when there is no gap).
@@ -343,7 +348,7 @@ def _fit(
     # Every piece is charged as if it opened a run (header and separator); the first piece
     # rendered has no separator before it.
     left = ask.room + len(SEPARATOR)
-    for mid in sorted(candidates, key=lambda m: (-candidates[m], -m)):
+    for mid, _ in sorted(candidates.items(), key=_by_score, reverse=True):
         if mid not in by_id or not by_id[mid][3]:
             continue
         _, role, created_at, content = by_id[mid]
