@@ -21,6 +21,13 @@ logger = logging.getLogger("chat.reply")
 # Progress saves: at most this often, so a long reply costs a handful of UPDATEs, not one per
 # token, and a crash loses at most this much text.
 SAVE_EVERY_SECONDS = 0.5
+# After a reply's first token is published, the stream waits this long before reading on. A
+# server that sends a burst (a whole short reply in one read, as a fast or loaded server does)
+# was otherwise parsed, published and handed to the final write before any subscriber's task
+# ran: the first token reached the wire 1.4-3 ms after it arrived (server-sent events, fresh
+# session, measured at each step). The subscribers need a few turns of the event loop; one
+# millisecond is the loop's timer resolution, and only the second token waits for it.
+FIRST_TOKEN_HANDOFF_SECONDS = 0.001
 
 
 class _ProgressWriter:
@@ -114,6 +121,10 @@ async def stream_round(
                             emitted_at=event.emitted_at,
                         )
                     )
+                    if not sent and FIRST_TOKEN_HANDOFF_SECONDS:
+                        # A moment for the subscribers to write the token out (a few turns
+                        # of the loop) before the rest of a burst is read.
+                        await asyncio.sleep(FIRST_TOKEN_HANDOFF_SECONDS)
                     sent += len(event.text)
                 elif event.kind == "done":
                     usage = event.usage

@@ -4,12 +4,13 @@ real httpx client talking to the fake LLM server."""
 from __future__ import annotations
 
 import pytest
+from asgiref.sync import async_to_sync
 
 from cadau.contextconfig import ContextConfig
 from chat.models import ChatMessage, ChatSession
 from tests.factories import ChatSessionFactory, make_conversation
 from tests.fixtures_llm import summary_of
-from tests.helpers import send_streaming, sse_events
+from tests.helpers import replies_wait, send_streaming, sse_events, sse_parse
 
 # The reply runs through database_sync_to_async, which cannot share a test transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -384,3 +385,44 @@ def test_a_stream_whose_final_write_fails_ends_with_error_and_done(
         assert reply.status == "failed" and reply.content == "one two three"
     else:  # left to the sweep; the stream was told all the same
         assert reply.status == "streaming"
+
+
+def test_a_burst_s_first_token_is_written_before_the_rest_is_read(
+    api, owner, fake_llm, monkeypatch
+):
+    """A server that sends a whole reply at once: its first token goes out to the client
+    before the rest of the burst is parsed and published (chat/turn/stream.py). Without the
+    handoff this fails here (the whole reply was published before the first write); that is
+    not asserted, as whether the fake's chunks come in one read is up to the machine."""
+    from chat.turn import stream
+    from chat.turn.registry import Generation
+
+    # Longer than the default: a loaded machine cannot make it flaky.
+    monkeypatch.setattr(stream, "FIRST_TOKEN_HANDOFF_SECONDS", 0.05)
+    session = ChatSessionFactory(owner=owner)
+    fake_llm.script("one two three four five six")
+    order: list[str] = []
+    publish = Generation.publish
+
+    def noted(self, event):
+        if event["type"] == "delta":
+            order.append("published")
+        publish(self, event)
+
+    monkeypatch.setattr(Generation, "publish", noted)
+    r = api.post(
+        "/api/v1/chat/send",
+        {"session_id": session.pk, "content": "burst please"},
+        format="json",
+        HTTP_ACCEPT="text/event-stream",
+    )
+
+    async def collect() -> None:
+        async for chunk in r.streaming_content:
+            order.extend("written" for e in sse_parse(chunk.decode()) if e["type"] == "delta")
+        await replies_wait()
+
+    async_to_sync(collect)()
+    assert order.count("published") > 2  # the fake sends a token a chunk
+    second = order.index("published", order.index("published") + 1)
+    assert "written" in order[:second]
