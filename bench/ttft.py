@@ -25,8 +25,9 @@ from typing import Any
 
 import httpx
 
-from bench.procs import ServerProcess, app_env, worker_run
+from bench.procs import APP, ServerProcess, app_env, free_port, worker_run
 from bench.ttft_report import REPLY_WORDS, DbRun, ttft_render
+from bench.ttft_steps import STEPS_SENDS, steps_marks, steps_medians
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
@@ -277,8 +278,8 @@ def _run_database(*, label: str, url: str, args: Any) -> DbRun:
         fake.wait_ready(path="/v1/models")
         llm_url = f"{fake.url}/v1"
         env = _env(database_url=url, llm_url=llm_url)
-        # Two per round of the cells, and one per imported send (its warm-up).
-        fresh = (args.ttft_sends + 2) * 2 + args.ttft_imported_sends
+        # Two per round of the cells, one per imported send (its warm-up), one per step send.
+        fresh = (args.ttft_sends + 2) * 2 + args.ttft_imported_sends + STEPS_SENDS + 2
         sizes = args.ttft_sizes
         prepared = _worker(
             "prepare", "--sizes", sizes, "--fresh", str(fresh), "--label", label, env=env
@@ -293,6 +294,7 @@ def _run_database(*, label: str, url: str, args: Any) -> DbRun:
             )
         finally:
             server.stop()
+        run.steps = _steps(env=env, prepared=prepared, label=label)
         plan = {
             "token": prepared["token"],
             "sends": 10,
@@ -302,6 +304,51 @@ def _run_database(*, label: str, url: str, args: Any) -> DbRun:
     finally:
         fake.stop()
     return run
+
+
+def _steps(
+    *, env: dict[str, str], prepared: dict[str, Any], label: str
+) -> dict[str, dict[str, float]]:
+    """Where a REST send's time goes, step by step: the same sends again (fresh sessions, and
+    the largest summarised one), through the server with a timestamp at each step."""
+    sessions = prepared["sessions"]
+    sizes = sorted(int(k) for k in sessions if k.isdigit())
+    kinds = ["fresh", *([str(sizes[-1])] if sizes else [])]
+    log_path = CACHE / f"ttft-steps-{label}.log"
+    log_path.write_text("")
+    port = free_port()
+    server = ServerProcess(
+        argv=[sys.executable, "-m", "bench.ttft_steps", "-b", "127.0.0.1", "-p", str(port), APP],
+        port=port,
+        env={**env, "BENCH_STEPS_LOG": str(log_path)},
+        log_path=CACHE / f"ttft-steps-daphne-{label}.log",
+    )
+    fresh = iter(sessions["fresh"][-(STEPS_SENDS + 2) :])
+
+    async def sends() -> list[tuple[str, int, int]]:
+        out = []
+        headers = {"Authorization": f"Token {prepared['token']}"}
+        async with httpx.AsyncClient(base_url=server.url, timeout=120, headers=headers) as api:
+            for _ in range(STEPS_SENDS + 2):
+                for kind in kinds:
+                    session_id = next(fresh) if kind == "fresh" else sessions[kind]
+                    sent = time.perf_counter_ns()
+                    first, _ = await _sse_send(api, session_id)
+                    out.append((kind, sent, sent + int(first * 1e6)))
+        return out
+
+    try:
+        server.wait_ready()
+        sent = asyncio.run(sends())
+    finally:
+        server.stop()
+    marks = steps_marks(log_path)
+    if len(marks) != len(sent):
+        raise RuntimeError(f"{len(marks)} sends marked for {len(sent)} sent")
+    timed = list(zip(sent, marks, strict=True))[2 * len(kinds) :]
+    return {
+        kind: steps_medians([(s, r, m) for (k, s, r), m in timed if k == kind]) for kind in kinds
+    }
 
 
 def _ensure_pg_database(url: str) -> str | None:

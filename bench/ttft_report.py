@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.report import pct
+from bench.ttft_steps import STEPS, STEPS_SENDS
 
 # Targets (the issue): Cadau adds at most this much to the model's own time to first token.
 TARGET_P50_MS = 10.0
@@ -33,6 +34,8 @@ class DbRun:
     # Of the "imported, compacting" sends: how many the compaction was still committing during.
     compacting_overlapped: int = 0
     compacting_sent: int = 0
+    # kind -> step -> median ms after sending (bench/ttft_steps.py)
+    steps: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _f(ms: float) -> str:
@@ -66,6 +69,28 @@ def _inside_rows(run: DbRun, kinds: list[str]) -> list[str]:
     return lines
 
 
+def _steps_lines(run: DbRun) -> list[str]:
+    """Each step of a REST send: when it was reached after sending, and what it took since
+    the step before, per kind of session."""
+    kinds = list(run.steps)
+    lines = [
+        "| step | " + " | ".join(f"{k}: at ms | {k}: took ms" for k in kinds) + " |",
+        "| --- |" + " ---: | ---: |" * len(kinds),
+    ]
+    before = dict.fromkeys(kinds, 0.0)  # the last step each kind reached
+    for name, what in [*STEPS, ("received", "first delta at the client")]:
+        cells = []
+        for kind in kinds:
+            at = run.steps[kind].get(name)
+            if at is None:
+                cells += ["-", "-"]
+                continue
+            cells += [_f(at), _f(at - before[kind])]
+            before[kind] = at
+        lines.append(f"| {what} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def ttft_render(*, runs: list[DbRun], args: Any, command: str) -> str:
     lines = _intro_lines(runs=runs, args=args, command=command)
     for run in runs:
@@ -95,6 +120,16 @@ def ttft_render(*, runs: list[DbRun], args: Any, command: str) -> str:
         ]
         kinds = ["fresh", *[str(s) for s in sizes]]
         lines += [*_inside_rows(run, kinds), ""]
+        if run.steps:
+            lines += [
+                f"Step by step (REST SSE, {STEPS_SENDS} sends per session after 2 untimed "
+                "rounds, through the server with a timestamp at each step, "
+                "`bench/ttft_steps.py`; medians, ms after the client sent the request; a step's "
+                "*took* is the difference of two medians):",
+                "",
+                *_steps_lines(run),
+                "",
+            ]
     return "\n".join(lines)
 
 
