@@ -33,8 +33,10 @@ import logging
 import math
 import operator
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+import numpy as np
 from django.db import connection
 
 from chat.context.compose import (
@@ -124,17 +126,9 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     window = _window_of(ask)
     rows = window.rows if window is not None else []
     gap_texts = [(m.id, m.content.casefold()) for m in gap]
-    scores: dict[int, float] = defaultdict(float)
-    matched_by: dict[int, str] = {}
-    asked: set[int] = set()  # matched by the new message itself, not only the turn before
     phrase = " ".join(ask.query.split()).casefold()
-    found = _matches(
-        window, gap_texts, [*terms, *([phrase] if len(phrase) >= PHRASE_MIN_CHARS else [])]
-    )
-    for mid in found.get(phrase, []) if len(phrase) >= PHRASE_MIN_CHARS else []:
-        scores[mid] += PHRASE_BONUS
-        matched_by[mid] = phrase
-        asked.add(mid)
+    long_phrase = len(phrase) >= PHRASE_MIN_CHARS
+    found = _matches(window, gap_texts, [*terms, *([phrase] if long_phrase else [])])
     length_of = (window.lengths if window is not None else {}) | {m: len(t) for m, t in gap_texts}
     average = sum(length_of.values()) / len(length_of) if length_of else 1.0
     searched = max(len(length_of), 1)
@@ -146,29 +140,25 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         key=lambda t: (share[t], -len(t)),
     )[:INDEX_TERMS_MAX]
     older = _older_hits(window, below_window, rare) if window and below_window else {}
+    # The whole message found as a phrase names its matches first, and wins (below).
+    matched = [_Matched(phrase, 0.0, found[phrase], asks=True)] if long_phrase else []
     for term, weight in terms.items():
         ids = found[term]
         if term in rare:
-            ids = ids + older.get(term, [])
+            ids = [*ids, *older.get(term, [])]
             df = max(len(ids), 1)
         else:
             df = max(int(share[term] * total), len(ids), 1)
-        if not ids:
-            continue
         # BM25's idf: a term in most messages says next to nothing.
         idf = math.log(1 + (total - df + 0.5) / (df + 0.5))
         idf *= weight * (2.0 if term_is_identifier(term) else 1)
-        # BM25's length normalisation, as (1 - b) + b * length / average.
-        base, scale = 1 - LENGTH_NORM, LENGTH_NORM / average
-        for mid in ids:
-            scores[mid] += idf / (base + scale * length_of.get(mid, average))
-            matched_by.setdefault(mid, term)  # the first term to match names it
-        if weight == 1.0:
-            asked.update(ids)
-    if any(weight == 1.0 for weight in terms.values()):
-        # The turn before only sharpens what the new message matches ("that bug" after a turn
-        # naming it); alone it would recall what the payload holds already.
-        scores = defaultdict(float, {mid: sc for mid, sc in scores.items() if mid in asked})
+        matched.append(_Matched(term, idf, ids, asks=weight == 1.0))
+    # The turn before only sharpens what the new message matches ("that bug" after a turn
+    # naming it); alone it would recall what the payload holds already.
+    asking = any(weight == 1.0 for weight in terms.values())
+    scores, matched_by = _scored(matched, length_of=length_of, average=average, asked=asking)
+    for mid in found[phrase] if long_phrase else ():
+        scores[mid] += PHRASE_BONUS
     if nearest:
         scores = defaultdict(float, rank_fuse(scores, nearest))
     if not scores:
@@ -181,6 +171,49 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         matched_by=matched_by,
         known=window.by_id if window is not None else {},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Matched:
+    """A term (or the whole message as a phrase), its weighted idf, the messages holding it;
+    `asks`: it is the new message's own (not the turn before's)."""
+
+    term: str
+    idf: float
+    ids: Sequence[int]
+    asks: bool
+
+
+def _scored(
+    matched: list[_Matched], *, length_of: dict[int, int], average: float, asked: bool
+) -> tuple[dict[int, float], dict[int, str]]:
+    """BM25 over `matched`: each message's idfs summed, the sum half length-normalised; and
+    the first of `matched` to hold each message, which names it. `asked`: only the messages
+    a term that asks holds. Summed in numpy: a long chat's common words match thousands of
+    messages per send (~6,700 matches on bench ttft's 1M-message session), and the same sum
+    in a Python loop took ~1.5 ms before the first token."""
+    matched = [m for m in matched if m.ids]
+    if not matched:
+        return {}, {}
+    counts = [len(m.ids) for m in matched]
+    ids = np.fromiter(
+        itertools.chain.from_iterable(m.ids for m in matched), dtype=np.int64, count=sum(counts)
+    )
+    which = np.repeat(np.arange(len(matched)), counts)
+    unique, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    idf = np.array([m.idf for m in matched])
+    summed = np.bincount(inverse, weights=idf[which], minlength=len(unique))
+    messages = unique.tolist()
+    lengths = np.array([length_of.get(mid, average) for mid in messages])
+    # BM25's length normalisation, as (1 - b) + b * length / average.
+    score = summed / ((1 - LENGTH_NORM) + LENGTH_NORM / average * lengths)
+    namer = which[first]
+    if asked:
+        asks = np.array([m.asks for m in matched])
+        keep = np.bincount(inverse, weights=asks[which], minlength=len(unique)) > 0
+        messages, score, namer = unique[keep].tolist(), score[keep], namer[keep]
+    names = [matched[i].term for i in namer.tolist()]
+    return dict(zip(messages, score.tolist(), strict=True)), dict(zip(messages, names, strict=True))
 
 
 def _window_of(ask: RecallAsk) -> ArchiveWindow | None:

@@ -10,6 +10,8 @@ import random
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chat.context import context_payload_build, context_state_fresh
 from chat.context.compose import (
@@ -312,3 +314,51 @@ def test_an_index_lookup_out_of_time_leaves_the_windows_matches(owner, monkeypat
         found = recall_render(recall_auto(_ask(session, "which pot is 7731-Q?")))
     assert "filler chatter number 29 about the pot" in found and "7731-Q." not in found
     assert "chat_context_recall_term_timeout" in caplog.text
+
+
+def _scored_by_definition(matched, *, length_of, average, asked):
+    """BM25 term by term, as recall first summed it: the definition `_scored` must keep."""
+    scores: dict[int, float] = {}
+    names: dict[int, str] = {}
+    asking: set[int] = set()
+    for m in matched:
+        for mid in m.ids:
+            norm = (1 - recall_auto_module.LENGTH_NORM) + (
+                recall_auto_module.LENGTH_NORM / average * length_of.get(mid, average)
+            )
+            scores[mid] = scores.get(mid, 0.0) + m.idf / norm
+            names.setdefault(mid, m.term)
+        if m.asks:
+            asking.update(m.ids)
+    if asked:
+        scores = {mid: s for mid, s in scores.items() if mid in asking}
+        names = {mid: n for mid, n in names.items() if mid in asking}
+    return scores, names
+
+
+@pytest.mark.django_db(transaction=False)
+@settings(max_examples=300, deadline=None)
+@given(
+    entries=st.lists(
+        st.tuples(
+            st.floats(min_value=0, max_value=30),
+            st.lists(st.integers(min_value=1, max_value=60), max_size=40),
+            st.booleans(),
+        ),
+        max_size=8,
+    ),
+    lengths=st.dictionaries(st.integers(min_value=1, max_value=60), st.integers(0, 5000)),
+    asked=st.booleans(),
+)
+def test_scores_summed_in_numpy_are_the_definition(entries, lengths, asked):
+    matched = [
+        recall_auto_module._Matched(f"t{i}", idf, ids, asks=asks)
+        for i, (idf, ids, asks) in enumerate(entries)
+    ]
+    average = sum(lengths.values()) / len(lengths) if lengths else 1.0
+    average = average or 1.0
+    got = recall_auto_module._scored(matched, length_of=lengths, average=average, asked=asked)
+    want = _scored_by_definition(matched, length_of=lengths, average=average, asked=asked)
+    assert got[1] == want[1]
+    assert got[0].keys() == want[0].keys()
+    assert all(got[0][k] == pytest.approx(want[0][k], rel=1e-9, abs=1e-12) for k in want[0])
