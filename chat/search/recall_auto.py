@@ -282,13 +282,12 @@ def _older_hits(window: ArchiveWindow, scope: Scope, terms: list[str]) -> dict[s
 
 
 def _neighbours(
-    *, session_id: int, ids: list[int], sequence: list[int]
+    *, session_id: int, ids: list[int], sequence: list[int], position: dict[int, int]
 ) -> dict[int, list[tuple[int, int]]]:
     """For each of `ids`, the messages up to NEIGHBOURS before and after it in the session, as
     (id, distance): from `sequence` (the window and the gap, contiguous, in conversation order)
     when it is there, else in one statement (index lookups on the session's id index)."""
     out: dict[int, list[tuple[int, int]]] = {}
-    position = {mid: i for i, mid in enumerate(sequence)}
     asked = []
     for mid in ids:
         if mid in position:
@@ -351,7 +350,9 @@ def _fit(
     # Best first, the newest of equals first (a C key: thousands of scores on a long chat).
     ranked = [mid for mid, _ in sorted(scores.items(), key=_by_score, reverse=True)]
     ranked = ranked[:NEIGHBOURED_MAX]
-    near = _neighbours(session_id=ask.session_id, ids=ranked, sequence=sequence)
+    # Each id's place in the sequence, for the neighbours and the order of the pieces.
+    position = {mid: i for i, mid in enumerate(sequence)}
+    near = _neighbours(session_id=ask.session_id, ids=ranked, sequence=sequence, position=position)
 
     # The payload's core starts after the gap (or at the tail when there is no gap).
     def in_core(n: int) -> bool:
@@ -376,7 +377,7 @@ def _fit(
             for mid, role, status, created_at, content in rows_by_id(scope=scope, ids=unknown)
             if role in _ROLES and status not in EXCLUDED_FROM_MODEL
         )
-    order = _Order(sequence, near)
+    order = _Order(sequence, near, position=position)
     chosen: dict[int, Recalled] = {}
     # Every piece is charged as if it opened a run (header and separator); the first piece
     # rendered has no separator before it.
@@ -414,8 +415,10 @@ def _runs(recalled: list[Recalled], *, adjacent: Callable[[int, int], bool]) -> 
     only shrink from what `_fit` charged)."""
     out: list[Recalled] = []
     for m in recalled:
-        follows = bool(out) and adjacent(out[-1].id, m.id)
-        out.append(Recalled(m.id, m.role, m.created_at, m.content, follows=follows))
+        # `_fit` made every piece as opening a run: only the others are made again.
+        if out and adjacent(out[-1].id, m.id):
+            m = Recalled(m.id, m.role, m.created_at, m.content, follows=True)
+        out.append(m)
     return out
 
 
@@ -423,9 +426,15 @@ class _Order:
     """Which message follows which in the conversation, as far as recall knows: the window and
     the gap's sequence (contiguous, in order), and each looked-up hit's run of neighbours."""
 
-    def __init__(self, sequence: list[int], near: dict[int, list[tuple[int, int]]]) -> None:
+    def __init__(
+        self,
+        sequence: list[int],
+        near: dict[int, list[tuple[int, int]]],
+        *,
+        position: dict[int, int],
+    ) -> None:
         self._sequence = sequence
-        self._position = {mid: i for i, mid in enumerate(sequence)}
+        self._position = position  # each id's place in `sequence`
         self._after: dict[int, int] = {}
         self._before: dict[int, int] = {}
         for hit, found in near.items():
