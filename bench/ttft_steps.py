@@ -11,13 +11,16 @@ to the file named by BENCH_STEPS_LOG, a line each."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 SEND_PATH = "/api/v1/chat/send"
 # REST sends per kind of session (bench/ttft.py), after two untimed rounds.
@@ -36,7 +39,7 @@ STEPS = [
 ]
 
 
-def _instrument(log: Any) -> None:
+def _instrument(log: TextIO) -> None:
     """Wrap the steps' functions; `log` gets a line "<mark> <ns>" per step."""
     import cadau.asgi as asgi
     import chat.api.send as send_view
@@ -85,14 +88,15 @@ def _instrument(log: Any) -> None:
     service.turn_prepare = prepared
 
     sse = send_view._sse
-    first = [True]
+    # The responses that wrote their first delta: each response's events are written by its
+    # own task.
+    marked: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
     def written(event: dict[str, Any]) -> bytes:
-        if event.get("type") == "delta" and first[0]:
-            first[0] = False
+        task = asyncio.current_task()
+        if event.get("type") == "delta" and task is not None and task not in marked:
+            marked.add(task)
             mark("out")
-        elif event.get("type") == "done":
-            first[0] = True
         return sse(event)
 
     send_view._sse = written
@@ -102,11 +106,13 @@ def _instrument(log: Any) -> None:
     async def model(self: Any, **kwargs: Any) -> AsyncIterator[Any]:
         mark("model")
         seen = False
-        async for event in stream(self, **kwargs):
-            if not seen and event.kind == "delta" and event.text:
-                seen = True
-                mark("model_first")
-            yield event
+        # Closed with this wrapper (a cancelled reply closes its stream at once).
+        async with aclosing(cast(AsyncGenerator[Any, None], stream(self, **kwargs))) as events:
+            async for event in events:
+                if not seen and event.kind == "delta" and event.text:
+                    seen = True
+                    mark("model_first")
+                yield event
 
     OpenAICompatProvider.astream_chat = model  # type: ignore[method-assign]
 
@@ -116,7 +122,9 @@ def steps_marks(log_path: Path) -> list[dict[str, int]]:
     at its "arrived")."""
     groups: list[dict[str, int]] = []
     for line in log_path.read_text().splitlines():
-        name, ns = line.split()
+        name, _, ns = line.partition(" ")
+        if not ns.isdigit():
+            raise RuntimeError(f"{log_path}: not a mark: {line!r}")
         if name == "arrived":
             groups.append({})
         if groups:
@@ -148,6 +156,7 @@ def main() -> None:
     django.setup()
     with open(os.environ["BENCH_STEPS_LOG"], "a", buffering=1) as log:
         _instrument(log)
+        serve.startup_sweep()  # as `python -m cadau.serve` does
         serve.main(sys.argv[1:])
 
 

@@ -75,7 +75,9 @@ class Recalled:
     follows: bool = False
 
 
-# Returns the recalled messages in conversation order (ascending id), as they are rendered.
+# Returns the recalled messages in conversation order (ascending id), as they are rendered;
+# those at or above the tail's first id are messages of the tail (the gap's, as `_grow_core`
+# takes them by id range).
 Recaller = Callable[[RecallAsk], list[Recalled]]
 
 
@@ -251,9 +253,11 @@ def _grow_core(
 ) -> tuple[int, list[Recalled]]:
     """Spend what recall left of `room` on whole turns of the gap, newest first, as plain
     truncation would: a turn recall had picked moves to the tail (and frees its quote).
-    `recalled` is in conversation order, so the pieces a grown core takes from it are one run,
-    just below the core's first message: what stays is priced from running sums, not counted
-    again for every turn tried (a gap of 200 short messages cost ~2 ms before the first token)."""
+    `recalled` is in conversation order, and what of it lies in the gap's id range is the
+    gap's messages (the Recaller's contract), so the pieces a grown core takes from it are one
+    run, just below the core's first message: what stays is priced from running sums, not
+    counted again for every turn tried (a gap of 200 short messages cost ~2 ms before the
+    first token)."""
     core = bisect_left(recalled, tail[start].id, key=_id)  # recalled[core:] is in the core
     # Each piece as rendered after another one; the first piece opens a run whatever it is.
     after = [_piece_runes(m, first=False, body=_body_runes(m)) for m in recalled]

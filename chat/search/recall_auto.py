@@ -191,7 +191,8 @@ def _scored(
     the first of `matched` to hold each message, which names it. `asked`: only the messages
     a term that asks holds. Summed in numpy: a long chat's common words match thousands of
     messages per send (~6,700 matches on bench ttft's 1M-message session), and the same sum
-    in a Python loop took ~1.5 ms before the first token."""
+    in a Python loop took ~1.5 ms before the first token. (Summed before it is divided, a
+    score may differ from the term-by-term sum in its last bits.)"""
     matched = [m for m in matched if m.ids]
     if not matched:
         return {}, {}
@@ -207,13 +208,14 @@ def _scored(
     lengths = np.array([length_of.get(mid, average) for mid in messages])
     # BM25's length normalisation, as (1 - b) + b * length / average.
     score = summed / ((1 - LENGTH_NORM) + LENGTH_NORM / average * lengths)
-    namer = which[first]
+    # Every message matched keeps its name, those of the turn before too: a neighbour or a
+    # semantic match among them is cut around it.
+    names = dict(zip(messages, [matched[i].term for i in which[first].tolist()], strict=True))
     if asked:
         asks = np.array([m.asks for m in matched])
         keep = np.bincount(inverse, weights=asks[which], minlength=len(unique)) > 0
-        messages, score, namer = unique[keep].tolist(), score[keep], namer[keep]
-    names = [matched[i].term for i in namer.tolist()]
-    return dict(zip(messages, score.tolist(), strict=True)), dict(zip(messages, names, strict=True))
+        messages, score = unique[keep].tolist(), score[keep]
+    return dict(zip(messages, score.tolist(), strict=True)), names
 
 
 def _window_of(ask: RecallAsk) -> ArchiveWindow | None:

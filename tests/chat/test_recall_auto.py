@@ -332,7 +332,6 @@ def _scored_by_definition(matched, *, length_of, average, asked):
             asking.update(m.ids)
     if asked:
         scores = {mid: s for mid, s in scores.items() if mid in asking}
-        names = {mid: n for mid, n in names.items() if mid in asking}
     return scores, names
 
 
