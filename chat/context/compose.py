@@ -133,14 +133,9 @@ def recall_run_saving(m: Recalled) -> int:
     return _header_runes(m) + 1 + len(SEPARATOR) - 1
 
 
-def recall_render_runes(
-    recalled: Sequence[Recalled], *, bodies: dict[int, int] | None = None
-) -> int:
-    """len(recall_render(recalled)), counted; `bodies`: each message's `_body_runes` by id,
-    for a caller that counts the same messages again and again."""
-    if bodies is None:
-        return sum(recall_piece_runes(m, first=not i) for i, m in enumerate(recalled))
-    return sum(_piece_runes(m, first=not i, body=bodies[m.id]) for i, m in enumerate(recalled))
+def recall_render_runes(recalled: Sequence[Recalled]) -> int:
+    """len(recall_render(recalled)), counted."""
+    return sum(recall_piece_runes(m, first=not i) for i, m in enumerate(recalled))
 
 
 def recall_render(recalled: Sequence[Recalled]) -> str:

@@ -32,7 +32,6 @@ import itertools
 import logging
 import math
 import operator
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -160,7 +159,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     for mid in found[phrase] if long_phrase else ():
         scores[mid] += PHRASE_BONUS
     if nearest:
-        scores = defaultdict(float, rank_fuse(scores, nearest))
+        scores = rank_fuse(scores, nearest)
     if not scores:
         return []
     sequence = [r.id for r in reversed(rows)] + [m.id for m in gap]
