@@ -20,6 +20,12 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "cadau.asgi:application"
+# ServerProcess.app's Daphnes: the module each runs as.
+_DAPHNE_MODULES = {
+    "daphne": "cadau.serve",
+    "daphne-asyncio": "daphne",
+    "daphne-steps": "bench.ttft_steps",
+}
 
 CHROMIUM = os.environ.get("CADAU_CHROMIUM", "/usr/bin/chromium")
 # Headless as root, and without the background traffic that this closed network refuses.
@@ -158,14 +164,15 @@ class ServerProcess:
         *,
         env: dict[str, str],
         log_path: Path,
-        server: Literal["daphne", "daphne-asyncio", "uvicorn"] = "daphne",
+        server: Literal["daphne", "daphne-asyncio", "daphne-steps", "uvicorn"] = "daphne",
         port: int | None = None,
     ) -> ServerProcess:
         """The real ASGI app, as `make run` serves it (Daphne on uvloop, cadau/serve.py), as
-        plain `python -m daphne` serves it (asyncio's own loop), or under uvicorn."""
+        plain `python -m daphne` serves it (asyncio's own loop), as `make run` serves it with a
+        timestamp at each step of a send (bench/ttft_steps.py), or under uvicorn."""
         port = port or free_port()
-        if server in ("daphne", "daphne-asyncio"):
-            module = "cadau.serve" if server == "daphne" else "daphne"
+        if server in _DAPHNE_MODULES:
+            module = _DAPHNE_MODULES[server]
             argv = [sys.executable, "-m", module, "-b", "127.0.0.1", "-p", str(port), APP]
         else:
             argv = [sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1"]

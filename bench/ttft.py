@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from bench.procs import APP, ServerProcess, app_env, free_port, worker_run
+from bench.procs import ServerProcess, app_env, worker_run
 from bench.ttft_report import REPLY_WORDS, DbRun, ttft_render
 from bench.ttft_steps import STEPS_SENDS, steps_marks, steps_medians
 
@@ -321,12 +321,10 @@ def _steps(
     kinds = ["fresh", *([str(sizes[-1])] if sizes else [])]
     log_path = CACHE / f"ttft-steps-{label}.log"
     log_path.write_text("")
-    port = free_port()
-    server = ServerProcess(
-        argv=[sys.executable, "-m", "bench.ttft_steps", "-b", "127.0.0.1", "-p", str(port), APP],
-        port=port,
+    server = ServerProcess.app(
         env={**env, "BENCH_STEPS_LOG": str(log_path)},
         log_path=CACHE / f"ttft-steps-daphne-{label}.log",
+        server="daphne-steps",
     )
     fresh = iter(sessions["fresh"][-(STEPS_SENDS + 2) :])
 
