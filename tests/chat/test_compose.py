@@ -3,6 +3,7 @@ priced from running sums, it must take exactly the turns a plain re-rendering wo
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
@@ -15,18 +16,27 @@ from chat.context.state import TailMessage
 WHEN = datetime(2026, 1, 2, 3, 4, tzinfo=UTC)
 
 
+def _turns_taken(
+    tail: list[TailMessage], *, starts: list[int], start: int, recalled: list[Recalled]
+) -> Iterator[tuple[int, int, list[Recalled]]]:
+    """The definition: each gap turn taken in turn (newest first, with all after it), as (its
+    start, what taking it needs in all, what stays of recall), recall rendered again each time."""
+    grown = 0
+    for i in reversed([s for s in starts if s < start]):
+        grown += sum(m.runes for m in tail[i:start])
+        taken = {m.id for m in tail[i:start]}
+        recalled = _unfollow([m for m in recalled if m.id not in taken])
+        yield i, grown + len(recall_render(recalled)), recalled
+        start = i
+
+
 def _reference(
     tail: list[TailMessage], *, starts: list[int], start: int, recalled: list[Recalled], room: int
 ) -> tuple[int, list[Recalled]]:
-    """The definition: each turn tried, what stays of recall is rendered again and measured."""
-    grown = 0
-    for i in reversed([s for s in starts if s < start]):
-        turn_runes = sum(m.runes for m in tail[i:start])
-        taken = {m.id for m in tail[i:start]}
-        kept = _unfollow([m for m in recalled if m.id not in taken])
-        if grown + turn_runes + len(recall_render(kept)) > room:
+    """Turns taken for as long as they fit."""
+    for i, needs, kept in _turns_taken(tail, starts=starts, start=start, recalled=recalled):
+        if needs > room:
             break
-        grown += turn_runes
         start, recalled = i, kept
     return start, recalled
 
@@ -59,26 +69,14 @@ def composed(draw: st.DrawFn) -> tuple[list[TailMessage], list[int], int, list[R
         )
     # The room exactly at, just under or just over what taking some turn needs: where a
     # miscount shows.
-    costs = _costs(tail, starts=starts, start=start, recalled=recalled)
+    costs = [
+        needs for _, needs, _ in _turns_taken(tail, starts=starts, start=start, recalled=recalled)
+    ]
     room = draw(st.integers(min_value=0, max_value=8000))
     at_a_cost: bool = draw(st.booleans())
     if costs and at_a_cost:
         room = max(draw(st.sampled_from(costs)) + draw(st.sampled_from([-1, 0, 1])), 0)
     return tail, starts, start, recalled, room
-
-
-def _costs(
-    tail: list[TailMessage], *, starts: list[int], start: int, recalled: list[Recalled]
-) -> list[int]:
-    """What taking each turn of the gap (newest first, with all after it) needs in all."""
-    out, grown = [], 0
-    for i in reversed([s for s in starts if s < start]):
-        grown += sum(m.runes for m in tail[i:start])
-        taken = {m.id for m in tail[i:start]}
-        recalled = _unfollow([m for m in recalled if m.id not in taken])
-        out.append(grown + len(recall_render(recalled)))
-        start = i
-    return out
 
 
 @settings(max_examples=500, deadline=None)
