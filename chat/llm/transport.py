@@ -93,7 +93,27 @@ class _Body(httpx.AsyncByteStream):
                 async for chunk in self._inner:
                     yield chunk
         except _RAISED as exc:
+            left = _unread(self._content)
+            if left:
+                yield left
             raise _httpx_error(exc, self._request) from exc
+
+
+def _unread(content: aiohttp.StreamReader | None) -> bytes:
+    """What arrived before the peer hung up and was not read yet.
+
+    Why: aiohttp's reads raise a broken connection's error before they look at the buffer, so
+    the tokens that came in the same moment as the hang-up were dropped unread (a reply cut
+    after "alpha beta" stored "alpha " when the reader had not run between the two). httpx's
+    own transport hands them over first, then raises; so does this one. The buffer is not
+    public API: if an upgrade moves it, nothing is salvaged and the error is raised as before
+    (tests/llm/test_transport.py fails)."""
+    if content is None or not getattr(content, "_buffer", None):
+        return b""
+    try:
+        return content._read_nowait(-1)
+    except (AttributeError, TypeError, RuntimeError, TimeoutError):
+        return b""  # salvage only: the connection's own error is raised next
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -28,3 +28,48 @@ def test_the_body_is_read_straight_off_aiohttps_stream(fake_llm_server):
     content, body = asyncio.run(fetch())
     assert isinstance(content, aiohttp.StreamReader)
     assert b"fake-chat" in body
+
+
+def test_what_arrived_before_a_hang_up_is_read_before_the_error():
+    """A server writes two chunks and hangs up mid-body while the reader is busy elsewhere (the
+    stream pauses after a reply's first token): the second chunk is handed over, then the
+    error, as httpx's own transport does. aiohttp alone raised first and dropped it."""
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    first_read = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head + b"6\r\nalpha \r\n")
+        await writer.drain()
+        await first_read.wait()
+        writer.write(b"5\r\nbeta \r\n")  # no terminating chunk: the body ends mid-stream
+        await writer.drain()
+        writer.close()
+
+    async def fetch() -> tuple[list[bytes], BaseException | None]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        chunks: list[bytes] = []
+        error: BaseException | None = None
+        async with transport.AiohttpTransport(limits=httpx.Limits()) as aio:
+            request = httpx.Request("GET", f"http://127.0.0.1:{port}/stream")
+            response = await aio.handle_async_request(request)
+            assert isinstance(response.stream, transport._Body)
+            try:
+                async for chunk in response.stream:
+                    chunks.append(chunk)
+                    if not first_read.is_set():
+                        first_read.set()
+                        await asyncio.sleep(0.2)  # the rest and the hang-up arrive meanwhile
+            except httpx.HTTPError as exc:
+                error = exc
+            await response.aclose()
+        server.close()
+        await server.wait_closed()
+        return chunks, error
+
+    chunks, error = asyncio.run(fetch())
+    assert b"".join(chunks) == b"alpha beta "
+    assert isinstance(error, httpx.RemoteProtocolError)
