@@ -110,9 +110,17 @@ def _scope_sql(scope: Scope) -> tuple[str, list[Any]]:
     return " AND ".join(clauses), params
 
 
-def _fetch(sql: str, params: list[Any], *, timestamps: bool = False) -> list[tuple[Any, ...]]:
+def pg_client_binding() -> bool:
+    """Whether this PostgreSQL connection binds parameters on the client (Django's default):
+    then one execute may carry several statements."""
+    options = connection.settings_dict.get("OPTIONS") or {}
+    return not options.get("server_side_binding")
+
+
+def bounded_rows(sql: str, params: list[Any], *, timestamps: bool = False) -> list[tuple[Any, ...]]:
     """The statement's rows, within the search's deadline. `timestamps`: it reads created_at."""
     deadline = DEADLINE.get()
+    limit = ""
     with connection.cursor() as cursor:
         if deadline is not None:
             left = deadline - monotonic()
@@ -125,8 +133,13 @@ def _fetch(sql: str, params: list[Any], *, timestamps: bool = False) -> list[tup
                 # statement_timeout bounds one statement: each gets what is left of the search's
                 # time, so a search of several statements stays within it as a whole. A literal:
                 # SET takes no bind parameters (an int, nothing to quote).
-                cursor.execute(f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}")
-                PG_TIMEOUT.set(left)
+                limit = f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}"
+                if connection.in_atomic_block:
+                    # It lasts to the transaction's end (selectors._postgres_deadline).
+                    PG_TIMEOUT.set(left)
+                if not pg_client_binding():
+                    cursor.execute(limit)
+                    limit = ""
         if timestamps and connection.vendor == "postgresql":
             # psycopg's own timestamptz loader (C) for this cursor, not the one Django sets on
             # the connection (a Python subclass that replaces each value's tzinfo): recall's
@@ -134,7 +147,14 @@ def _fetch(sql: str, params: list[Any], *, timestamps: bool = False) -> list[tup
             # (bench ttft's data). Its values are aware, in the session's time zone (UTC as
             # Django sets it; _datetime makes sure). The cursor's copy of the adapters only.
             cursor.cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
-        cursor.execute(sql, params)
+        if limit:
+            # In the statement's own message: outside a transaction the two are one implicit
+            # transaction, so the limit holds for the statement and ends with it; inside one it
+            # lasts to its end, as above. One round trip, not two.
+            cursor.execute(f"{limit}; {sql}", params)
+            cursor.cursor.nextset()  # past the SET's empty result, to the statement's rows
+        else:
+            cursor.execute(sql, params)
         return list(cursor.fetchall())
 
 
@@ -152,7 +172,7 @@ def window_bounds(*, scope: Scope, rows: int) -> Window | None:
     rows to know where the scope ends."""
     clauses, params = _key_sql(scope)
     where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
-    found = _fetch(
+    found = bounded_rows(
         "SELECT MIN(w.id), MAX(w.id), COUNT(*) FROM (SELECT m.id FROM chat_messages m "  # noqa: S608
         f"{where}ORDER BY m.id DESC LIMIT %s) w",
         [*params, rows],
@@ -203,7 +223,7 @@ def window_rows(*, scope: Scope, rows: int, from_id: int | None = None) -> list[
     owner, owner_params = (
         ("", []) if scope.owner_id is None else ("WHERE o.owner_id = %s ", [scope.owner_id])
     )
-    found = _fetch(
+    found = bounded_rows(
         "SELECT o.id, o.role, o.status, o.created_at, o.content FROM ("  # noqa: S608
         f"SELECT m.id FROM chat_messages m {key}ORDER BY m.id DESC LIMIT %s) w "
         f"JOIN chat_messages o ON o.id = w.id {owner}ORDER BY o.id DESC",
@@ -222,7 +242,7 @@ def rows_by_id(*, scope: Scope, ids: list[int]) -> list[MessageRow]:
         return []
     where, params = _scope_sql(Scope(owner_id=scope.owner_id, session_id=scope.session_id))
     marks = ", ".join(["%s"] * len(ids))
-    found = _fetch(
+    found = bounded_rows(
         "SELECT m.id, m.role, m.status, m.created_at, m.content FROM chat_messages m "  # noqa: S608
         f"WHERE {where} AND m.id IN ({marks})",
         [*params, *ids],
@@ -257,7 +277,7 @@ def window_hits(*, scope: Scope, query: str, window: Window, limit: int) -> list
     # from the newest message of the whole table, filtering on the owner: through every newer
     # message of every other user first (1M of them and 3-5 s on the search benchmark's data,
     # docs/benchmarks.md). Between the window's two ends any plan reads the window's range only.
-    rows = _fetch(
+    rows = bounded_rows(
         f"SELECT m.id FROM chat_messages m WHERE {where} AND m.id >= %s AND m.id <= %s "  # noqa: S608
         f"AND {contains} ORDER BY m.id DESC LIMIT %s",
         [*params, window.lowest_id, window.highest_id, *contains_params, limit],
@@ -269,7 +289,7 @@ def index_hits(*, scope: Scope, query: str, limit: int) -> list[int]:
     """Ids of the scope's messages that contain `query` (3+ characters), newest first, found
     through the trigram index."""
     sql, params = _index_sql(scope=scope, query=query, limit=limit, arm=0)
-    return [int(r[1]) for r in _fetch(sql, params)]
+    return [int(r[1]) for r in bounded_rows(sql, params)]
 
 
 def index_hits_many(*, scope: Scope, queries: list[str], limit: int) -> dict[str, list[int]]:
@@ -286,7 +306,7 @@ def index_hits_many(*, scope: Scope, queries: list[str], limit: int) -> dict[str
     else:
         sql = " UNION ALL ".join(f"({arm})" for arm, _ in arms)
     found: dict[str, list[int]] = {q: [] for q in queries}
-    for arm, mid in _fetch(sql, [p for _, params in arms for p in params]):
+    for arm, mid in bounded_rows(sql, [p for _, params in arms for p in params]):
         found[queries[int(arm)]].append(int(mid))
     return found
 

@@ -219,9 +219,10 @@ def _hit_rows(*, ids: list[int], query: str) -> dict[int, tuple[Any, ...]]:
 @contextmanager
 def search_deadline(seconds: float | None = None) -> Iterator[None]:
     """Stop the search inside after `seconds` in all (default TIMEOUT_SECONDS), as
-    SearchTimeout: every statement of it gets what is left of the time (backends.DEADLINE;
-    PostgreSQL: a transaction-local statement_timeout per statement, then the caller's own
-    limit back), and SQLite's progress handler interrupts a statement once the time is up.
+    SearchTimeout: every statement of it read through backends.bounded_rows gets what is left
+    of the time (backends.DEADLINE; PostgreSQL: a statement_timeout sent with the statement,
+    inside a caller's transaction until the block ends, then the caller's own limit back),
+    and SQLite's progress handler interrupts any statement once the time is up.
     SQLite's bound is soft: FTS5 merges a term's posting lists inside one step, where the
     handler is not called (tens of milliseconds on a large index)."""
     seconds = TIMEOUT_SECONDS if seconds is None else seconds
@@ -241,6 +242,19 @@ def search_deadline(seconds: float | None = None) -> Iterator[None]:
 
 @contextmanager
 def _postgres_deadline() -> Iterator[None]:
+    if not connection.in_atomic_block and backends.pg_client_binding():
+        # Outside a transaction (a send's recall, the search API): each statement carries its
+        # own limit in the same message (backends.bounded_rows), one implicit transaction that
+        # ends with it. Nothing to open, read, put back or commit: recall's lookup on a send took
+        # four round trips before its first token (savepoint, the limit set, put back, the
+        # commit), now one.
+        try:
+            yield
+        except OperationalError as exc:
+            if "statement timeout" in str(exc) or "canceling statement" in str(exc):
+                raise SearchTimeout(backends.TIMEOUT_MESSAGE) from exc
+            raise
+        return
     deadline = backends.DEADLINE.get() or monotonic()
     seconds = max(0.001, deadline - monotonic())
     token = backends.PG_TIMEOUT.set(seconds)

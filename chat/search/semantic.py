@@ -30,6 +30,7 @@ from django.utils import timezone
 from chat.context.compose import RecallAsk
 from chat.llm.embeddings import EmbeddingConfig, EmbeddingError, embeddings_create
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, ChatSession, MessageRole, MessageVector
+from chat.search.backends import bounded_rows
 from chat.search.selectors import search_deadline
 from chat.workers import embedding_submit
 
@@ -252,13 +253,12 @@ def semantic_nearest(ask: RecallAsk, query: np.ndarray, *, most: int = NEAREST) 
     # Raw rows, not model instances: a session's thousands of vectors are read on the send's
     # path, and the ORM's per-row work was most of the time (measured: docs/search.md).
     table = connection.ops.quote_name(MessageVector._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT message_id, embedding FROM {table} "  # noqa: S608
-            "WHERE session_id = %s AND message_id < %s AND model = %s",
-            [ask.session_id, upper, config.model],
-        )
-        rows = cursor.fetchall()
+    # Under the caller's deadline (semantic_recall): what is left of it bounds the statement.
+    rows = bounded_rows(
+        f"SELECT message_id, embedding FROM {table} "  # noqa: S608
+        "WHERE session_id = %s AND message_id < %s AND model = %s",
+        [ask.session_id, upper, config.model],
+    )
     width = query.shape[0] * np.dtype(VECTOR_DTYPE).itemsize
     ids: list[int] = []
     blobs: list[bytes] = []

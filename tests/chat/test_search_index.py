@@ -8,6 +8,7 @@ import time
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from chat.errors import SearchTimeout
 from chat.models import ChatMessage, MessageRole, MessageStatus
@@ -123,8 +124,33 @@ def test_the_time_limit_bounds_the_whole_search_not_each_statement():
     started = time.monotonic()
     with pytest.raises(SearchTimeout), search_deadline(0.3):
         for _ in range(20):
-            backends._fetch(slow, [])
+            backends.bounded_rows(slow, [])
     assert time.monotonic() - started < 0.3 + 2 * backends.TIMEOUT_SLACK + 0.2
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_each_statement_carries_its_limit_in_one_round_trip(owner):
+    """A send's recall runs outside any transaction: its lookup is one statement with its
+    limit in the same message (no savepoint, no limit read, set and put back, no commit), the
+    limit still stops a slow statement, and the connection's own limit is untouched after."""
+    session = ChatSessionFactory(owner=owner)
+    made = ChatMessageFactory(session=session, content="the quokka-7 plan")
+    scope = Scope(owner_id=owner.pk, session_id=session.pk, recallable=True)
+    assert not connection.in_atomic_block
+    with CaptureQueriesContext(connection) as captured, search_deadline(1.0):
+        found = backends.index_hits_many(scope=scope, queries=["quokka-7"], limit=5)
+    assert found == {"quokka-7": [made.pk]}
+    assert len(captured.captured_queries) == 1
+    assert captured.captured_queries[0]["sql"].startswith("SET LOCAL statement_timeout = ")
+    started = time.monotonic()
+    with pytest.raises(SearchTimeout), search_deadline(0.3):
+        for _ in range(20):
+            backends.bounded_rows("SELECT pg_sleep(0.15)", [])
+    assert time.monotonic() - started < 0.3 + 0.2
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        assert cursor.fetchone()[0] == "0"
 
 
 @postgres_only
