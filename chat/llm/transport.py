@@ -98,6 +98,9 @@ class _Body(httpx.AsyncByteStream):
                 yield left
             raise _httpx_error(exc, self._request) from exc
 
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
 
 def _unread(content: aiohttp.StreamReader | None) -> bytes:
     """What arrived before the peer hung up and was not read yet.
@@ -114,9 +117,6 @@ def _unread(content: aiohttp.StreamReader | None) -> bytes:
         return content._read_nowait(-1)
     except (AttributeError, TypeError, RuntimeError, TimeoutError):
         return b""  # salvage only: the connection's own error is raised next
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
 
 class AiohttpTransport(httpx_aiohttp.AiohttpTransport):

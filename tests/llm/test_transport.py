@@ -4,6 +4,7 @@ mapping is covered by every streamed scenario in `aiohttp` mode, tests/llm/conft
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import aiohttp
 import httpx
@@ -73,3 +74,48 @@ def test_what_arrived_before_a_hang_up_is_read_before_the_error():
     chunks, error = asyncio.run(fetch())
     assert b"".join(chunks) == b"alpha beta "
     assert isinstance(error, httpx.RemoteProtocolError)
+
+
+def test_closing_a_live_stream_hangs_up_on_the_server():
+    """A reply stopped mid-stream (the user's stop, a cancelled send) closes its connection:
+    the model server sees the hang-up at once and stops generating, instead of holding its
+    slot (and the pool's connection) until the response is garbage collected."""
+    head = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    hung_up = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(head)
+        try:
+            while True:  # a model that generates a token every 10 ms until the client leaves
+                writer.write(b"6\r\ntoken \r\n")
+                await writer.drain()
+                try:
+                    if await asyncio.wait_for(reader.read(1), 0.01) == b"":
+                        break
+                except TimeoutError:
+                    pass
+        except (ConnectionError, OSError):
+            pass
+        hung_up.set()
+
+    async def run() -> bool:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with transport.AiohttpTransport(limits=httpx.Limits()) as aio:
+            request = httpx.Request("GET", f"http://127.0.0.1:{port}/stream")
+            response = await aio.handle_async_request(request)
+            assert isinstance(response.stream, transport._Body)
+            async for _chunk in response.stream:
+                break
+            await response.aclose()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hung_up.wait(), 2.0)
+            seen = hung_up.is_set()
+        server.close()
+        await server.wait_closed()
+        return seen
+
+    assert asyncio.run(run())
