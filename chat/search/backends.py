@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from time import monotonic
 from typing import Any
 
+import psycopg
 from django.db import connection
 from psycopg.types.datetime import TimestamptzLoader
 
@@ -50,6 +51,9 @@ TIMEOUT_MESSAGE = "The search took too long. Search one chat, or use more charac
 # TIMEOUT_SLACK: a search of a few quick statements then costs no extra round trips.
 PG_TIMEOUT: ContextVar[float | None] = ContextVar("search_pg_timeout", default=None)
 TIMEOUT_SLACK = 0.25
+# PostgreSQL: the search began outside any transaction, and every statement carries its own
+# limit in its message (selectors._postgres_deadline); PG_TIMEOUT is not used then.
+PG_PER_STATEMENT: ContextVar[bool] = ContextVar("search_pg_per_statement", default=False)
 
 
 def indexable(query: str) -> bool:
@@ -111,10 +115,11 @@ def _scope_sql(scope: Scope) -> tuple[str, list[Any]]:
 
 
 def pg_client_binding() -> bool:
-    """Whether this PostgreSQL connection binds parameters on the client (Django's default):
-    then one execute may carry several statements."""
-    options = connection.settings_dict.get("OPTIONS") or {}
-    return not options.get("server_side_binding")
+    """Whether this PostgreSQL connection's cursors bind parameters on the client (Django's
+    default): then one execute may carry several statements."""
+    connection.ensure_connection()
+    factory = getattr(connection.connection, "cursor_factory", None)
+    return isinstance(factory, type) and issubclass(factory, psycopg.ClientCursor)
 
 
 def bounded_rows(sql: str, params: list[Any], *, timestamps: bool = False) -> list[tuple[Any, ...]]:
@@ -126,7 +131,8 @@ def bounded_rows(sql: str, params: list[Any], *, timestamps: bool = False) -> li
             left = deadline - monotonic()
             if left <= 0:
                 raise SearchTimeout(TIMEOUT_MESSAGE)
-            in_force = PG_TIMEOUT.get()
+            per_statement = PG_PER_STATEMENT.get()
+            in_force = None if per_statement else PG_TIMEOUT.get()
             if connection.vendor == "postgresql" and (
                 in_force is None or in_force - left > TIMEOUT_SLACK
             ):
@@ -134,12 +140,12 @@ def bounded_rows(sql: str, params: list[Any], *, timestamps: bool = False) -> li
                 # time, so a search of several statements stays within it as a whole. A literal:
                 # SET takes no bind parameters (an int, nothing to quote).
                 limit = f"SET LOCAL statement_timeout = {max(1, int(left * 1000))}"
-                if connection.in_atomic_block:
-                    # It lasts to the transaction's end (selectors._postgres_deadline).
+                if not per_statement:
+                    # In the search's savepoint: it lasts to the transaction's end.
                     PG_TIMEOUT.set(left)
-                if not pg_client_binding():
-                    cursor.execute(limit)
-                    limit = ""
+                    if not isinstance(cursor.cursor, psycopg.ClientCursor):
+                        cursor.execute(limit)
+                        limit = ""
         if timestamps and connection.vendor == "postgresql":
             # psycopg's own timestamptz loader (C) for this cursor, not the one Django sets on
             # the connection (a Python subclass that replaces each value's tzinfo): recall's

@@ -242,19 +242,31 @@ def search_deadline(seconds: float | None = None) -> Iterator[None]:
 
 @contextmanager
 def _postgres_deadline() -> Iterator[None]:
-    if not connection.in_atomic_block and backends.pg_client_binding():
-        # Outside a transaction (a send's recall, the search API): each statement carries its
-        # own limit in the same message (backends.bounded_rows), one implicit transaction that
-        # ends with it. Nothing to open, read, put back or commit: recall's lookup on a send took
-        # four round trips before its first token (savepoint, the limit set, put back, the
-        # commit), now one.
-        try:
+    # Outside a transaction (a send's recall, the search API), each statement read through
+    # backends.bounded_rows carries its own limit in the same message: one implicit
+    # transaction that ends with it. Nothing to open, read, put back or commit: a send's recall
+    # lookup took five round trips before its first token (BEGIN, the limit, the lookup, the
+    # limit back, COMMIT), now one. Inside a caller's transaction (or where parameters are
+    # bound on the server, and one execute takes one statement), the limit is set in a
+    # savepoint and the caller's put back after it.
+    per_statement = not connection.in_atomic_block and backends.pg_client_binding()
+    mode = backends.PG_PER_STATEMENT.set(per_statement)
+    try:
+        if per_statement:
             yield
-        except OperationalError as exc:
-            if "statement timeout" in str(exc) or "canceling statement" in str(exc):
-                raise SearchTimeout(backends.TIMEOUT_MESSAGE) from exc
-            raise
-        return
+        else:
+            with _postgres_savepoint_deadline():
+                yield
+    except OperationalError as exc:
+        if "statement timeout" in str(exc) or "canceling statement" in str(exc):
+            raise SearchTimeout(backends.TIMEOUT_MESSAGE) from exc
+        raise
+    finally:
+        backends.PG_PER_STATEMENT.reset(mode)
+
+
+@contextmanager
+def _postgres_savepoint_deadline() -> Iterator[None]:
     deadline = backends.DEADLINE.get() or monotonic()
     seconds = max(0.001, deadline - monotonic())
     token = backends.PG_TIMEOUT.set(seconds)
@@ -273,10 +285,6 @@ def _postgres_deadline() -> Iterator[None]:
             # block: the caller's limit back, as it was.
             with connection.cursor() as cursor:
                 cursor.execute("SELECT set_config('statement_timeout', %s, true)", [before])
-    except OperationalError as exc:
-        if "statement timeout" in str(exc) or "canceling statement" in str(exc):
-            raise SearchTimeout(backends.TIMEOUT_MESSAGE) from exc
-        raise
     finally:
         backends.PG_TIMEOUT.reset(token)
 
