@@ -143,7 +143,7 @@ def bounded_rows(sql: str, params: list[Any], *, timestamps: bool = False) -> li
                 if not per_statement:
                     # In the search's savepoint: it lasts to the transaction's end.
                     PG_TIMEOUT.set(left)
-                    if not isinstance(cursor.cursor, psycopg.ClientCursor):
+                    if not pg_client_binding():
                         cursor.execute(limit)
                         limit = ""
         if timestamps and connection.vendor == "postgresql":
