@@ -361,3 +361,41 @@ def test_scores_summed_in_numpy_are_the_definition(entries, lengths, asked):
     assert got[1] == want[1]
     assert got[0].keys() == want[0].keys()
     assert all(got[0][k] == pytest.approx(want[0][k], rel=1e-9, abs=1e-12) for k in want[0])
+
+
+def test_neighbours_below_the_window_are_read_by_range_not_by_the_whole_session(owner):
+    """The neighbours of archive hits are read range by range of the session's index. Written as
+    `session_id = ? AND (id BETWEEN ? AND ? OR ...)` with bound parameters, SQLite, once it had
+    statistics, walked every message of the session instead (430 ms before the first token on a
+    1M-message session). The plan is asked of the statement as sent: with its parameters."""
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's planner; PostgreSQL reads either form by ranges")
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=2500, words=1)]
+    # As many separate ranges as recall asks at most: with bound parameters SQLite cannot tell
+    # how wide a range is, and a hundred of them looked dearer than the session's whole index.
+    hits = ids[100:4900:48]
+    statements: list[tuple[str, list]] = []
+
+    def kept(execute, sql, params, many, context):
+        statements.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE chat_messages")
+    try:
+        out: dict[int, list[tuple[int, int]]] = {}
+        with connection.execute_wrapper(kept):
+            recall_auto_module._neighbours_looked_up(session_id=session.pk, ids=hits, out=out)
+        with connection.cursor() as cursor:
+            ((sql, params),) = statements
+            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+            searches = [row[-1] for row in cursor.fetchall() if "chat_messages" in row[-1]]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS sqlite_stat1")
+    assert out[ids[100]] == [(ids[98], 2), (ids[99], 1), (ids[101], 1), (ids[102], 2)]
+    assert sorted(out) == hits
+    assert searches and all("id>?" in s and "id<?" in s for s in searches), searches
