@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -279,6 +280,35 @@ def test_several_index_lookups_in_one_statement_find_what_each_finds(owner):
     together = index_hits_many(scope=scope, queries=queries, limit=7)
     assert together == {q: index_hits(scope=scope, query=q, limit=7) for q in queries}
     assert len(together["charlie"]) == 7 and together["nothing-here"] == []
+
+
+def test_a_rare_terms_lookup_never_walks_the_primary_key_down_to_find_it(owner):
+    """PostgreSQL guesses a LIKE's share of rows from its pattern: believing a rare term
+    common, it walked the primary key down from the paging position for its newest matches,
+    through 677k rows to find 40 of 127 (1 s before the first token). Recall's lookups leave it
+    no order to walk: even told that sorting is dear, the plan reads the matches and sorts."""
+    from django.db import connection, transaction
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's planner; SQLite walks the FTS5 index's matches newest first")
+    session = _archive(owner, [(MessageRole.USER, f"chatter {i} about 118") for i in range(40)])
+    scope = Scope(owner_id=owner.pk, session_id=session.pk, below_id=session.pk + 10**9)
+    statements: list[tuple[str, list]] = []
+
+    def kept(execute, sql, params, many, context):
+        statements.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(kept):
+        found = index_hits_many(scope=scope, queries=["118", "chatter"], limit=7)
+    assert len(found["118"]) == len(found["chatter"]) == 7
+    ((sql, params),) = statements
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Index Scan Backward" not in plan, plan
+    assert len(re.findall(r"Sort Key: \(\(m(_\d+)?\.id \+ 0\)\) DESC", plan)) == 2, plan
 
 
 def test_a_rare_terms_lookup_below_the_window_is_kept_for_the_next_send(owner, monkeypatch):
