@@ -15,6 +15,7 @@ import asyncio
 import functools
 import json
 import os
+import random
 import sys
 import time
 import uuid
@@ -66,6 +67,17 @@ def _probe(token: str) -> str:
     return f"ttft {token}: why does the retry logic time out with Redis when two workers run?"
 
 
+def _probe_recalling(token: str, step: int) -> str:
+    """A timed send's text for the *recalling* cell: the same, asking after an old turn by a
+    rare term the archive holds far below recall's window ("step 118": seed_demo numbers the
+    code a user pastes, so a three-digit number is in ~100 of a million messages, spread over
+    all of them). Its lookup finds those, and their neighbours are read: the path a user asking
+    about something said long ago takes, which _probe's unmatched token never reaches."""
+    return (
+        f"ttft {token}: what did I have at step {step}, where the retry logic timed out with Redis?"
+    )
+
+
 async def _model_ttft(client: httpx.AsyncClient, llm_url: str, payload_runes: int) -> float:
     body = {
         "model": "fake-chat",
@@ -89,11 +101,15 @@ async def _model_ttft(client: httpx.AsyncClient, llm_url: str, payload_runes: in
     return first
 
 
-async def _sse_send(client: httpx.AsyncClient, session_id: int) -> tuple[float, dict[str, Any]]:
+async def _sse_send(
+    client: httpx.AsyncClient, session_id: int, *, step: int | None = None
+) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
     first = 0.0
     done: dict[str, Any] = {}
-    body = {"session_id": session_id, "content": _probe(uuid.uuid4().hex[:8])}
+    token = uuid.uuid4().hex[:8]
+    content = _probe(token) if step is None else _probe_recalling(token, step)
+    body = {"session_id": session_id, "content": content}
     headers = {"Accept": "text/event-stream"}
     async with client.stream("POST", "/api/v1/chat/send", json=body, headers=headers) as r:
         if r.status_code != 200:
@@ -109,9 +125,10 @@ async def _sse_send(client: httpx.AsyncClient, session_id: int) -> tuple[float, 
     return first, done
 
 
-async def _ws_send(ws: Any) -> tuple[float, dict[str, Any]]:
+async def _ws_send(ws: Any, *, step: int | None = None) -> tuple[float, dict[str, Any]]:
     client_id = uuid.uuid4().hex
-    frame = {"type": "send", "content": _probe(client_id[:8]), "client_id": client_id}
+    content = _probe(client_id[:8]) if step is None else _probe_recalling(client_id[:8], step)
+    frame = {"type": "send", "content": content, "client_id": client_id}
     started = time.perf_counter()
     first = 0.0
     ours = False  # the socket also saw the session's earlier sends (over REST): skip those
@@ -136,7 +153,13 @@ async def _measure(
     import websockets
 
     sessions = prepared["sessions"]
-    kinds = ["fresh", *[str(s) for s in sorted(int(k) for k in sessions if k.isdigit())]]
+    sizes = [str(s) for s in sorted(int(k) for k in sessions if k.isdigit())]
+    kinds = ["fresh", *sizes]
+    if sizes:
+        kinds.append(f"{sizes[-1]}, recalling")
+    # A new number every send, the same ones every run: a term looked up once is kept for the
+    # session's next sends (chat/search/archive_window.py), and each user question is new.
+    steps = iter(random.Random(2026).sample(range(100, 1000), 2 * (args.ttft_sends + 2)))
     ws_headers = {
         "Cookie": f"sessionid={prepared['cookie']}",
         "Origin": server.url,
@@ -177,11 +200,14 @@ async def _measure(
             timed = i >= 2  # two untimed rounds: first-call imports, connections, caches
             # Round-robin over the cells: drift on this shared machine hits all of them alike.
             for kind in kinds:
-                sse_session = next(fresh) if kind == "fresh" else sessions[kind]
-                first, done = await _sse_send(api, sse_session)
+                size, recalling = kind.split(",")[0], kind.endswith("recalling")
+                sse_session = next(fresh) if kind == "fresh" else sessions[size]
+                step = next(steps) if recalling else None
+                first, done = await _sse_send(api, sse_session, step=step)
                 await record(kind, "REST SSE", first, done, timed)
-                ws_session = next(fresh) if kind == "fresh" else sessions[kind]
-                first, done = await _ws_send(await socket(ws_session))
+                ws_session = next(fresh) if kind == "fresh" else sessions[size]
+                step = next(steps) if recalling else None
+                first, done = await _ws_send(await socket(ws_session), step=step)
                 await record(kind, "WebSocket", first, done, timed)
         imported = sessions["imported"]
         for i in range(args.ttft_imported_sends):

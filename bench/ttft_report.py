@@ -165,6 +165,10 @@ def _intro_lines(*, runs: list[DbRun], args: Any, command: str) -> list[str]:
         "first send, right after an untimed send to a fresh session, as the server idled "
         "while the last compaction settled; its *model* figure is taken once the compaction "
         "that send started has ended, as its summarising calls go to the same model server). "
+        "*N, recalling*: the largest session, asked after an old turn by a rare term "
+        '("what did I have at step 118 ...", a new three-digit number each send, which '
+        "seed_demo's pasted code holds in ~100 of a million messages): recall looks it up below "
+        "its window and reads its matches' neighbours, before the first token. "
         "*imported, compacting*: a second send to it, as soon as the first one's reply is "
         "done, while the compaction the first started commits chunk after chunk (its *model* "
         "figure also taken once that compaction ended). "
