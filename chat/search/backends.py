@@ -304,8 +304,9 @@ def index_hits_many(*, scope: Scope, queries: list[str], limit: int) -> dict[str
     its round trip cost as much as running it.
 
     For terms known to be rare (recall asks only those in under 0.5% of the window above):
-    on PostgreSQL each is read through the trigram index and its matches sorted, never by
-    walking the primary key down from the paging position. PostgreSQL guesses a LIKE's share
+    on PostgreSQL every match of each is read (through the trigram index, as the planner
+    normally chooses for a rare term) and sorted, never found by walking the primary key down
+    from the paging position and stopping at the LIMIT. PostgreSQL guesses a LIKE's share
     of rows from the pattern alone: it took "%118%" for 8,458 rows of the ttft benchmark's
     1.1M, walked the key for the 40 newest, and read 677k rows to find them among the 127
     there were (0.7-1.1 s before a send's first token, against 2 ms)."""
@@ -331,7 +332,7 @@ def _index_sql(
     *, scope: Scope, query: str, limit: int, arm: int, sparse: bool = False
 ) -> tuple[str, list[Any]]:
     """One index lookup's statement, its rows (arm, id): `arm` tells the caller which.
-    `sparse`: the query is rare (index_hits_many), the index is the only way in."""
+    `sparse`: the query is rare (index_hits_many); PostgreSQL only."""
     if not indexable(query):
         raise ValueError("the trigram index has nothing to look up in this query")
     where, params = _scope_sql(scope)
@@ -353,8 +354,8 @@ def _index_sql(
             ],
         )
     contains, contains_params = _contains_sql(query)
-    # `m.id + 0` is an order no index provides: the planner cannot stop a walk of the primary
-    # key early, so it reads the matches through the trigram index (index_hits_many).
+    # `m.id + 0` is an order no index yields: no plan can walk an index in that order and stop
+    # at the LIMIT, so every match is read and sorted (index_hits_many says why).
     order = "m.id + 0" if sparse else "m.id"
     return (
         f"SELECT {int(arm)} AS arm, m.id FROM chat_messages m WHERE {where} "  # noqa: S608
