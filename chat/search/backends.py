@@ -309,7 +309,7 @@ def index_hits_many(*, scope: Scope, queries: list[str], limit: int) -> dict[str
     from the paging position and stopping at the LIMIT. PostgreSQL guesses a LIKE's share
     of rows from the pattern alone: it took "%118%" for 8,458 rows of the ttft benchmark's
     1.1M, walked the key for the 40 newest, and read 677k rows to find them among the 127
-    there were (0.7-1.1 s before a send's first token, against 2 ms)."""
+    there were (0.7-2.4 s before a send's first token, against 1-3 ms)."""
     if not queries:
         return {}
     arms = [

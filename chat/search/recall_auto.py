@@ -314,9 +314,8 @@ def _neighbours_looked_up(
     """The neighbours of archive hits older than the window, in one statement (NEIGHBOURED_MAX
     hits need no more): the session's ids within NEIGHBOUR_SPAN of each hit (ranges on the
     session's id index; a correlated lookup per neighbour cost PostgreSQL 0.25-0.5 s to plan
-    for 120 hits). A session's consecutive messages
-    are near each other in id unless many other sessions wrote between them: a neighbour that
-    far is left out.
+    for 120 hits). A session's consecutive messages are near each other in id unless many
+    other sessions wrote between them: a neighbour that far is left out.
 
     One arm per range (UNION ALL), each a range of the session's index, not `session_id = %s
     AND (id BETWEEN .. OR ..)`. Given that OR with bound parameters, SQLite walked the session's
@@ -333,7 +332,7 @@ def _neighbours_looked_up(
     table = connection.ops.quote_name(ChatMessage._meta.db_table)
     arm = f"SELECT id FROM {table} WHERE session_id = %s AND id BETWEEN %s AND %s"  # noqa: S608
     near: list[int] = []
-    # SQLite takes at most 500 arms in one compound statement (SQLITE_MAX_COMPOUND_SELECT).
+    # More than one statement only past _ARMS_MAX ranges (SQLite's limits).
     for start in range(0, len(ranges), _ARMS_MAX):
         chunk = ranges[start : start + _ARMS_MAX]
         with connection.cursor() as cursor:
