@@ -19,7 +19,7 @@ import random
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -153,13 +153,6 @@ async def _measure(
     import websockets
 
     sessions = prepared["sessions"]
-    sizes = [str(s) for s in sorted(int(k) for k in sessions if k.isdigit())]
-    kinds = ["fresh", *sizes]
-    if sizes:
-        kinds.append(f"{sizes[-1]}, recalling")
-    # A new number every send, the same ones every run: a term looked up once is kept for the
-    # session's next sends (chat/search/archive_window.py), and each user question is new.
-    steps = iter(random.Random(2026).sample(range(100, 1000), 2 * (args.ttft_sends + 2)))
     ws_headers = {
         "Cookie": f"sessionid={prepared['cookie']}",
         "Origin": server.url,
@@ -196,19 +189,14 @@ async def _measure(
             run.model.setdefault((kind, transport), []).append(alone)
 
     try:
-        for i in range(args.ttft_sends + 2):
-            timed = i >= 2  # two untimed rounds: first-call imports, connections, caches
-            # Round-robin over the cells: drift on this shared machine hits all of them alike.
-            for kind in kinds:
-                size, recalling = kind.split(",")[0], kind.endswith("recalling")
-                sse_session = next(fresh) if kind == "fresh" else sessions[size]
-                step = next(steps) if recalling else None
-                first, done = await _sse_send(api, sse_session, step=step)
-                await record(kind, "REST SSE", first, done, timed)
-                ws_session = next(fresh) if kind == "fresh" else sessions[size]
-                step = next(steps) if recalling else None
-                first, done = await _ws_send(await socket(ws_session), step=step)
-                await record(kind, "WebSocket", first, done, timed)
+        await _round_robin(
+            sends=args.ttft_sends,
+            sessions=sessions,
+            fresh=fresh,
+            api=api,
+            socket=socket,
+            record=record,
+        )
         imported = sessions["imported"]
         for i in range(args.ttft_imported_sends):
             # Back to how an import leaves it before every send: each one is a first send.
@@ -236,6 +224,39 @@ async def _measure(
             await ws.close()
         await api.aclose()
         await model.aclose()
+
+
+async def _round_robin(
+    *,
+    sends: int,
+    sessions: dict[str, Any],
+    fresh: Iterator[int],
+    api: httpx.AsyncClient,
+    socket: Callable[[int], Awaitable[Any]],
+    record: Callable[..., Awaitable[None]],
+) -> None:
+    """Two untimed rounds (first-call imports, connections, caches), then `sends` timed ones,
+    each a send per cell over REST and over the WebSocket, round-robin over the cells: drift on
+    this shared machine hits all of them alike."""
+    sizes = [str(s) for s in sorted(int(k) for k in sessions if k.isdigit())]
+    kinds = ["fresh", *sizes]
+    if sizes:
+        kinds.append(f"{sizes[-1]}, recalling")
+    # A new number every send, the same ones every run: a term looked up once is kept for the
+    # session's next sends (chat/search/archive_window.py), and each user question is new.
+    steps = iter(random.Random(2026).sample(range(100, 1000), 2 * (sends + 2)))
+    for i in range(sends + 2):
+        timed = i >= 2
+        for kind in kinds:
+            size, recalling = kind.split(",")[0], kind.endswith("recalling")
+            sse_session = next(fresh) if kind == "fresh" else sessions[size]
+            step = next(steps) if recalling else None
+            first, done = await _sse_send(api, sse_session, step=step)
+            await record(kind, "REST SSE", first, done, timed)
+            ws_session = next(fresh) if kind == "fresh" else sessions[size]
+            step = next(steps) if recalling else None
+            first, done = await _ws_send(await socket(ws_session), step=step)
+            await record(kind, "WebSocket", first, done, timed)
 
 
 async def _two_sends(
