@@ -60,19 +60,18 @@ def _worker(*args: str, env: dict[str, str], stdin: str | None = None) -> Any:
     return worker_run("bench.ttft_worker", *args, env=env, stdin=stdin)
 
 
-def _probe(token: str) -> str:
+def _probe(token: str, step: int | None = None) -> str:
     """A timed send's text: a question in seed_demo's vocabulary (recall, which runs before the
     first token, matches it against many archived turns) with a token of its own that no turn
-    holds (its rarest term: looked up in the search index below the recall window)."""
-    return f"ttft {token}: why does the retry logic time out with Redis when two workers run?"
+    holds (its rarest term: looked up in the search index below the recall window).
 
-
-def _probe_recalling(token: str, step: int) -> str:
-    """A timed send's text for the *recalling* cell: the same, asking after an old turn by a
-    rare term the archive holds far below recall's window ("step 118": seed_demo numbers the
-    code a user pastes, so a three-digit number is in ~100 of a million messages, spread over
-    all of them). Its lookup finds those, and their neighbours are read: the path a user asking
-    about something said long ago takes, which _probe's unmatched token never reaches."""
+    With `step`, the *recalling* cell's: asking after an old turn by a rare term the archive
+    holds far below recall's window ("step 118": seed_demo numbers the code a user pastes, so a
+    three-digit number is in ~100 of a million messages, spread over all of them). Its lookup
+    finds those, and their neighbours are read: the path a user asking about something said
+    long ago takes, which the unmatched token never reaches."""
+    if step is None:
+        return f"ttft {token}: why does the retry logic time out with Redis when two workers run?"
     return (
         f"ttft {token}: what did I have at step {step}, where the retry logic timed out with Redis?"
     )
@@ -107,9 +106,7 @@ async def _sse_send(
     started = time.perf_counter()
     first = 0.0
     done: dict[str, Any] = {}
-    token = uuid.uuid4().hex[:8]
-    content = _probe(token) if step is None else _probe_recalling(token, step)
-    body = {"session_id": session_id, "content": content}
+    body = {"session_id": session_id, "content": _probe(uuid.uuid4().hex[:8], step)}
     headers = {"Accept": "text/event-stream"}
     async with client.stream("POST", "/api/v1/chat/send", json=body, headers=headers) as r:
         if r.status_code != 200:
@@ -127,8 +124,7 @@ async def _sse_send(
 
 async def _ws_send(ws: Any, *, step: int | None = None) -> tuple[float, dict[str, Any]]:
     client_id = uuid.uuid4().hex
-    content = _probe(client_id[:8]) if step is None else _probe_recalling(client_id[:8], step)
-    frame = {"type": "send", "content": content, "client_id": client_id}
+    frame = {"type": "send", "content": _probe(client_id[:8], step), "client_id": client_id}
     started = time.perf_counter()
     first = 0.0
     ours = False  # the socket also saw the session's earlier sends (over REST): skip those
@@ -239,23 +235,23 @@ async def _round_robin(
     each a send per cell over REST and over the WebSocket, round-robin over the cells: drift on
     this shared machine hits all of them alike."""
     sizes = [str(s) for s in sorted(int(k) for k in sessions if k.isdigit())]
-    kinds = ["fresh", *sizes]
+    # (cell, its session's key, None for a fresh one each send; whether it asks an old turn)
+    cells = [("fresh", None, False), *((size, size, False) for size in sizes)]
     if sizes:
-        kinds.append(f"{sizes[-1]}, recalling")
+        cells.append((f"{sizes[-1]}, recalling", sizes[-1], True))
     # A new number every send, the same ones every run: a term looked up once is kept for the
     # session's next sends (chat/search/archive_window.py), and each user question is new.
     steps = iter(random.Random(2026).sample(range(100, 1000), 2 * (sends + 2)))
     for i in range(sends + 2):
         timed = i >= 2
-        for kind in kinds:
-            size, recalling = kind.split(",")[0], kind.endswith("recalling")
-            sse_session = next(fresh) if kind == "fresh" else sessions[size]
+        for kind, key, recalling in cells:
             step = next(steps) if recalling else None
-            first, done = await _sse_send(api, sse_session, step=step)
+            session = next(fresh) if key is None else sessions[key]
+            first, done = await _sse_send(api, session, step=step)
             await record(kind, "REST SSE", first, done, timed)
-            ws_session = next(fresh) if kind == "fresh" else sessions[size]
             step = next(steps) if recalling else None
-            first, done = await _ws_send(await socket(ws_session), step=step)
+            session = next(fresh) if key is None else sessions[key]
+            first, done = await _ws_send(await socket(session), step=step)
             await record(kind, "WebSocket", first, done, timed)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import random
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import pytest
@@ -138,6 +140,22 @@ def _archive(owner, rows) -> ChatSession:
     session.verbatim_since_message_id = anchor.pk
     session.save()
     return session
+
+
+@contextmanager
+def _statements_sent() -> Iterator[list[tuple[str, list]]]:
+    """The statements sent on the default connection, each with its bound parameters (a plan
+    asked with them is the one the database ran; CaptureQueriesContext gives them inlined)."""
+    from django.db import connection
+
+    statements: list[tuple[str, list]] = []
+
+    def kept(execute, sql, params, many, context):
+        statements.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(kept):
+        yield statements
 
 
 def test_recall_leaves_tool_results_out_and_quotes_every_line(owner):
@@ -293,13 +311,7 @@ def test_a_rare_terms_lookup_never_walks_the_primary_key_down_to_find_it(owner):
         pytest.skip("PostgreSQL's planner; SQLite walks the FTS5 index's matches newest first")
     session = _archive(owner, [(MessageRole.USER, f"chatter {i} about 118") for i in range(40)])
     scope = Scope(owner_id=owner.pk, session_id=session.pk, below_id=session.pk + 10**9)
-    statements: list[tuple[str, list]] = []
-
-    def kept(execute, sql, params, many, context):
-        statements.append((sql, list(params)))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(kept):
+    with _statements_sent() as statements:
         found = index_hits_many(scope=scope, queries=["118", "chatter"], limit=7)
     assert len(found["118"]) == len(found["chatter"]) == 7
     ((sql, params),) = statements
@@ -405,20 +417,12 @@ def test_neighbours_below_the_window_are_read_by_range_not_by_the_whole_session(
         pytest.skip("SQLite's planner (PostgreSQL's cost of the OR form: the docstring's)")
     session = ChatSessionFactory.create(owner=owner)
     ids = [m.pk for m in make_conversation(session, turns=2500, words=1)]
-    # As many separate ranges as recall asks at most: with bound parameters SQLite cannot tell
-    # how wide a range is, and a hundred of them looked dearer than the session's whole index.
-    hits = ids[100:4900:48]
-    statements: list[tuple[str, list]] = []
-
-    def kept(execute, sql, params, many, context):
-        statements.append((sql, list(params)))
-        return execute(sql, params, many, context)
-
+    hits = ids[100:4900:48]  # a hundred separate ranges (recall asks up to NEIGHBOURED_MAX)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE chat_messages")
     try:
         out: dict[int, list[tuple[int, int]]] = {}
-        with connection.execute_wrapper(kept):
+        with _statements_sent() as statements:
             recall_auto_module._neighbours_looked_up(session_id=session.pk, ids=hits, out=out)
         with connection.cursor() as cursor:
             ((sql, params),) = statements
