@@ -56,6 +56,7 @@ from chat.search.archive_window import (
     older_hits_keep,
 )
 from chat.search.backends import Scope, index_hits_many, indexable, rows_by_id
+from chat.search.concepts import concept_pattern, concepts_named
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.selectors import search_deadline
 from chat.search.semantic import rank_fuse, semantic_ranking
@@ -87,6 +88,9 @@ NEIGHBOUR_SPAN = 16
 # a compound statement and (before 3.32) 999 parameters, 3 per arm.
 _ARMS_MAX = 200
 PHRASE_BONUS = 100.0
+# A concept's idf is halved: its members are a guess at what the message means, its words are
+# what it says.
+CONCEPT_WEIGHT = 0.5
 # What one recalled message may take: a long one is cut around its match.
 EXCERPT_RUNES = 1200
 _ROLES = (MessageRole.USER, MessageRole.ASSISTANT)
@@ -155,6 +159,17 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         idf = math.log(1 + (total - df + 0.5) / (df + 0.5))
         idf *= weight * (2.0 if term_is_identifier(term) else 1)
         matched.append(_Matched(term, idf, ids, asks=weight == 1.0))
+    # The kinds of thing the message asks about, spelled out ("martial arts": taekwondo...),
+    # each one term; matched in memory only (hundreds of words are no index lookup).
+    for concept in concepts_named(ask.query):
+        pattern = concept_pattern(concept)
+        ids = [
+            *(window.naming(concept) if window is not None else ()),
+            *(mid for mid, text in gap_texts if pattern.search(text)),
+        ]
+        df = max(int(len(ids) / searched * total), len(ids), 1)
+        idf = math.log(1 + (total - df + 0.5) / (df + 0.5)) * CONCEPT_WEIGHT
+        matched.append(_Matched(concept, idf, ids, asks=True))
     # The turn before only sharpens what the new message matches ("that bug" after a turn
     # naming it); alone it would recall what the payload holds already.
     asking = any(weight == 1.0 for weight in terms.values())

@@ -57,6 +57,11 @@ _HAN_EXAMINED_MAX = 4096
 _HAN_SPLIT = re.compile("[" + "".join(sorted(_HAN_STOP)) + "]+")
 
 
+def stopword(word: str) -> bool:
+    """A filler word ("the", "what", "thanks"): never a term."""
+    return word.casefold() in _STOPWORDS
+
+
 def term_is_identifier(term: str) -> bool:
     """Digits, dashes, dots...: an identifier is rarer than a word, and weighs more."""
     return bool(_IDENTIFIER.search(term))

@@ -1,0 +1,150 @@
+"""Concepts (chat/search/concepts.py): the kinds of thing a message names, spelled out from
+WordNet, and recall finding the turns that name a member without the word itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chat.context.compose import RecallAsk
+from chat.models import ChatMessage, ChatSession, MessageRole
+from chat.search import archive_window
+from chat.search.archive_window import ArchiveRow, archive_windows_forget
+from chat.search.concepts import (
+    MEMBERS_MAX,
+    concept_members,
+    concept_pattern,
+    concepts_named,
+)
+from chat.search.recall_auto import recall_auto
+from devtools.wordnet_build import graph_build
+from tests.chat.recall_setup import recall_settings
+from tests.factories import ChatSessionFactory, make_conversation
+
+
+def test_a_category_spells_out_its_kinds_and_synonyms():
+    assert {"taekwondo", "karate", "judo"} <= concept_members("martial arts")
+    assert {"spain", "england", "france"} <= concept_members("European countries")
+    assert "yoga" in concept_members("exercises")
+    assert "kid" in concept_members("child")  # another name of the same sense
+    # Irregular and regular plurals, as WordNet's morphy reads them.
+    assert concept_members("children") == concept_members("child")
+    assert concept_members("countries") == concept_members("country")
+    # The word itself is no member: recall matches it as a term already.
+    assert "child" not in concept_members("child")
+
+
+def test_a_vague_concept_or_no_noun_expands_to_nothing():
+    assert concept_members("activity") == frozenset()  # thousands of members
+    assert concept_members("zyxwv") == frozenset()
+    assert concept_members("") == frozenset()
+    assert all(len(concept_members(w)) <= MEMBERS_MAX for w in ("state", "thing", "game"))
+
+
+def test_a_message_names_compounds_first_and_never_a_name():
+    assert concepts_named("What martial arts has John done?") == ["martial arts"]
+    assert concepts_named("What European countries has Maria been to?") == ["european countries"]
+    # "John" is WordNet's word for a toilet: a capitalised word is a name, never expanded.
+    assert "john" not in concepts_named("Did John mention his child?")
+    assert "child" in concepts_named("Did John mention his child?")
+    assert concepts_named("ok, thanks!") == []
+    assert len(concepts_named("children pets books games sports exercises countries")) == 3
+
+
+def test_a_long_message_is_read_for_its_first_words_only():
+    text = "zyxwv " * 300 + "What martial arts?"
+    assert concepts_named(text) == []
+
+
+_WORDS = ["spain", "spa", "spainx", "tae kwon do", "taekwondo", "tae", "kwon", "judo", "x"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(words=st.lists(st.sampled_from(_WORDS), min_size=1, max_size=5), cut=st.integers(0, 3))
+def test_the_trie_pattern_finds_what_a_plain_alternation_finds(words, cut):
+    text = " ".join(words)[cut:]
+    for concept in ("martial arts", "european countries"):
+        members = sorted(concept_members(concept), key=len, reverse=True)
+        plain = re.compile(r"\b(?:" + "|".join(map(re.escape, members)) + r")\b")
+        assert bool(concept_pattern(concept).search(text)) == bool(plain.search(text))
+
+
+def test_the_graph_is_built_from_wordnets_files(tmp_path):
+    """devtools/wordnet_build.py on a three-synset WordNet: lemmas, the most frequent sense
+    (index.noun's first offset), hyponyms and instance hyponyms, irregular plurals."""
+    licence = "  1 This software and database is being provided to you\r\n"
+    (tmp_path / "data.noun").write_text(
+        licence
+        + "00000001 03 n 02 martial_art 0 fighting_art 0 002 ~ 00000002 n 0000 ~i 00000003 n 0000"
+        " | a fighting art\r\n"
+        "00000002 04 n 01 judo 0 001 @ 00000001 n 0000 | a sport\r\n"
+        "00000003 04 n 01 Taekwondo 0 001 @i 00000001 n 0000 | a sport\r\n"
+    )
+    (tmp_path / "index.noun").write_text(
+        licence + "martial_art n 1 1 ~ 1 0 00000001\r\n"
+        "fighting_art n 1 0 1 0 00000001\r\njudo n 1 0 1 0 00000002\r\n"
+        "taekwondo n 1 0 1 0 00000003\r\n"
+    )
+    (tmp_path / "noun.exc").write_text("judoes judo\n")
+    graph = graph_build(tmp_path)
+    assert graph["lemmas"] == ["fighting art", "judo", "martial art", "taekwondo"]
+    assert graph["synsets"] == [[2, 0], [1], [3]]
+    assert graph["hyponyms"] == [[1, 2], [], []]
+    assert graph["first"] == [0, 1, 0, 2]
+    assert graph["exceptions"] == {"judoes": "judo"}
+
+
+def _row(mid: int, text: str) -> ArchiveRow:
+    return ArchiveRow(mid, MessageRole.USER, datetime.now(UTC), text, text.casefold())
+
+
+def test_a_moved_window_carries_its_concepts_over():
+    kept = archive_window._window(
+        below_id=3,
+        version=0,
+        rows=[_row(2, "I did judo"), _row(1, "hello")],
+        more=False,
+        size=2,
+        read_at=0.0,
+    )
+    assert kept.naming("martial arts") == (2,)
+    added = [_row(4, "Karate now"), _row(3, "fine")]
+    rows = [*added, *kept.rows][:2]
+    carried = archive_window._matched_moved(kept, added=added, rows=rows)
+    assert list(carried.values()) == [(4,)]  # the added row found, the fallen-off one gone
+
+
+@pytest.mark.django_db(transaction=True)
+def test_recall_finds_a_turn_that_names_a_member_and_not_the_word(owner, settings, tmp_path):
+    """The question shares no word with the turn that answers it: without concepts recall
+    finds nothing of it."""
+    recall_settings(settings, tmp_path)
+    archive_windows_forget()
+    session: ChatSession = ChatSessionFactory.create(owner=owner)
+    answer = ChatMessage.objects.create(
+        session=session, role=MessageRole.USER, content="I'm off to do some taekwondo tonight!"
+    )
+    make_conversation(session, turns=30, words=12)
+    anchor = ChatMessage.objects.create(session=session, role=MessageRole.USER, content="anchor")
+    session.verbatim_since_message_id = anchor.pk
+    session.save()
+    ask = RecallAsk(
+        session_id=session.pk,
+        owner_id=owner.pk,
+        below_id=anchor.pk,
+        gap=(),
+        query="What martial arts have I done?",
+        context="",
+        room=2000,
+        messages=ChatMessage.objects.filter(session=session).count(),
+    )
+    recalled = recall_auto(ask)
+    assert answer.pk in [r.id for r in recalled]
+    # The same conversation asked about something no turn names: nothing of it comes back.
+    unrelated = recall_auto(dataclasses.replace(ask, query="What pets have I had?"))
+    assert answer.pk not in [r.id for r in unrelated]
