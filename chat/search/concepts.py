@@ -1,25 +1,31 @@
-"""Concepts: the kinds of thing a message names, spelled out, for recall
+"""Concepts: the kinds of thing a question asks for instances of, spelled out, for recall
 (chat/search/recall_auto.py). "What martial arts has John done?" shares no word with "I'm off
 to do some taekwondo!", nor "What European countries has Maria been to?" with "took this pic
-in Spain": lexical recall cannot find them, and a list question ("what X has ...") is exactly
-the question whose answer is spread over turns the summary dropped.
+in Spain": lexical recall cannot find them, and a list question is exactly the one whose answer
+is spread over turns the summary dropped.
 
-A noun of the new message (or a two-word compound, "martial arts") is looked up in WordNet
-(Princeton WordNet 3.0, nouns, chat/search/data/, built by devtools/wordnet_build.py): its most
-frequent sense, that sense's other names and its hyponyms three levels down ("martial art":
-judo, karate, taekwondo...; "European country": Spain, England...) are the concept's members.
-Recall matches them as whole words in the rows it holds in memory and scores a message holding
-any of them as one term (its weight BM25's idf of all the messages that do, halved: a concept
-is a guess, a word of the message is not).
+The kind is what follows "what", "which" or "how many" ("what kind of"...): a two-word compound
+where WordNet has one ("martial arts"), else the first word naming a kind. It is looked up in
+WordNet (Princeton WordNet 3.0, nouns, chat/search/data/, built by devtools/wordnet_build.py):
+its most frequent sense, that sense's other names and its hyponyms three levels down ("martial
+art": judo, karate, taekwondo...; "European country": Spain, England...) are the concept's
+members. Recall matches them as whole words in the rows it holds in memory and scores a message
+holding any of them as one term (its weight BM25's idf of all the messages that do, halved: a
+concept is a guess, a word of the message is not).
 
 What is left out, and why:
-- a single capitalised word: a name ("John" is also WordNet's word for a toilet);
-- a concept with more than MEMBERS_MAX members ("activity", "state"): too vague to say
+- every other noun of a message: expanded too (any noun, on LoCoMo), they matched as much noise
+  as evidence (one question more on conversation 41, three fewer on 43 at 16,000 runes), and
+  each concept costs a scan of recall's window before the first token (~4 ms for 1,000 rows
+  of bench ttft's data), which a message that asks for no kind no longer pays;
+- a capitalised word: a name ("John" is also WordNet's word for a toilet);
+- a sense with no hyponyms ("pet", "knee"): not a kind of thing with kinds under it;
+- a concept with more than MEMBERS_MAX members ("activity", "music"): too vague to say
   anything, and too long a pattern to match before the first token;
 - anything but English nouns.
 
-Pure functions on strings; the graph (1.5 MB compressed, ~0.1 s) is read once per process, on
-the first message that names a noun.
+Pure functions on strings; the graph (1.5 MB compressed, ~0.1-0.2 s) is read once per process,
+on the first question that asks for a kind.
 """
 
 from __future__ import annotations
@@ -29,11 +35,12 @@ import gzip
 import itertools
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chat.search.terms import TERMS_MAX, recall_terms, stopword
+from chat.search.terms import stopword
 
 DATA = Path(__file__).resolve().parent / "data" / "wordnet-nouns.json.gz"
 # How far below a sense its hyponyms are members ("exercise" -> "aerobics" -> "step
@@ -41,13 +48,13 @@ DATA = Path(__file__).resolve().parent / "data" / "wordnet-nouns.json.gz"
 DEPTH = 3
 # A concept with more members than this expands to nothing (see the module's docstring).
 MEMBERS_MAX = 400
-# Concepts per message: the first ones named.
+# Concepts per message: the first ones asked for.
 CONCEPTS_MAX = 3
-# Words of a message looked at.
-WORDS_MAX = 200
+# What of a message is read for them: a question is short; a long message (pasted code, a
+# document) is not read to its end before the first token.
+TEXT_MAX_CHARS = 2000
 # Members shorter than this ("do", "go") are other words too.
 MEMBER_MIN_CHARS = 3
-_WORD = re.compile(r"[A-Za-z]+(?:['-][A-Za-z]+)*")
 # WordNet's own rules for a noun's plural (its "morphy"), after its list of irregular ones.
 _PLURALS = (("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "sh"),
             ("men", "man"), ("ies", "y"), ("s", ""))  # fmt: skip
@@ -97,14 +104,19 @@ def _base(word: str) -> int | None:
 @functools.lru_cache(maxsize=4096)
 def concept_members(word: str) -> frozenset[str]:
     """The members of `word`'s concept (case-folded, the word itself left out); empty when it
-    is no noun, has no other names or hyponyms, or more than MEMBERS_MAX."""
+    is no noun, its sense has no hyponyms, or it has more than MEMBERS_MAX members."""
     base = _base(word)
     if base is None:
         return frozenset()
     graph = _graph()
+    sense = graph.first[base]
+    if not graph.hyponyms[sense]:
+        # Not a kind of thing with kinds under it ("knee", "logic"): its other names alone
+        # are seldom what a turn says instead, and each concept costs a scan of the window.
+        return frozenset()
     members: set[str] = set()
     seen: set[int] = set()
-    level = [graph.first[base]]
+    level = [sense]
     for depth in range(DEPTH + 1):
         following: list[int] = []
         for synset in level:
@@ -122,43 +134,64 @@ def concept_members(word: str) -> frozenset[str]:
     return frozenset(members) if len(members) <= MEMBERS_MAX else frozenset()
 
 
+# A question asking for instances of a kind: "what martial arts", "which countries", "how many
+# pets", "what kind of music".
+_ASKS_KIND = re.compile(
+    r"\b(?:what|which|how\s+many)\s+(?:(?:kinds?|types?|sorts?)\s+of\s+)?"
+    r"((?:[A-Za-z]+(?:['-][A-Za-z]+)*\s+){0,2}[A-Za-z]+(?:['-][A-Za-z]+)*)",
+    re.IGNORECASE,
+)
+
+
 def concepts_named(text: str) -> list[str]:
-    """The concepts `text` names (case-folded), at most CONCEPTS_MAX: first its two-word
-    compounds that are WordNet's ("martial arts", "European countries"), in the order named,
-    then its single words as recall ranks its terms (chat/search/terms.py: the longer first),
-    leaving out names (capitalised) and the words a compound took."""
-    # A long message (pasted code, a document) is not a question: its first words will do.
-    words = [m.group(0) for m in itertools.islice(_WORD.finditer(text), WORDS_MAX)]
+    """The kinds `text` asks for instances of (case-folded), at most CONCEPTS_MAX, in the order
+    asked."""
     found: list[str] = []
-    taken: set[str] = set()
+    for match in _ASKS_KIND.finditer(text[:TEXT_MAX_CHARS]):
+        kind = _kind(match.group(1).split())
+        if kind is not None and kind not in found:
+            found.append(kind)
+            if len(found) == CONCEPTS_MAX:
+                break
+    return found
+
+
+def _kind(words: list[str]) -> str | None:
+    """The kind the words after "what" name: the first two-word compound WordNet knows as one
+    ("martial arts", "European countries"), else the first word that names a kind, never a
+    name (capitalised) or a filler word."""
     for first, second in itertools.pairwise(words):
-        pair = f"{first} {second}".casefold()
-        if first.casefold() in taken or stopword(first) or stopword(second):
+        if concept_members(pair := f"{first} {second}".casefold()):
+            return pair
+    for word in words:
+        if word[0].isupper() or len(word) < MEMBER_MIN_CHARS or stopword(word):
             continue
-        if concept_members(pair):
-            found.append(pair)
-            taken.update((first.casefold(), second.casefold()))
-    for term in recall_terms(" ".join(words), most=TERMS_MAX):
-        word = term.casefold()
-        if term[0].isupper() or word in taken or not _WORD.fullmatch(term):
-            continue
-        if concept_members(word):
-            found.append(word)
-    return list(dict.fromkeys(found))[:CONCEPTS_MAX]
+        if concept_members(word.casefold()):
+            return word.casefold()
+    return None
 
 
 @functools.lru_cache(maxsize=1024)
-def concept_pattern(concept: str) -> re.Pattern[str]:
-    """Any member of `concept` as a whole word, in case-folded text. The members as a trie
-    ("tae(?:kwondo| kwon do)"): a plain alternation of 125 words scanned 1,000 messages (127k
-    characters) in ~10 ms, the trie in ~2.5."""
+def concept_pattern(*concepts: str) -> re.Pattern[str]:
+    """Any member of the `concepts` as a whole word, in case-folded text: one pattern, so that
+    a message's concepts cost one scan of the window. The members as a trie ("tae(?:kwondo|
+    kwon do)"): a plain alternation of 125 words scanned 1,000 messages (127k characters) in
+    ~10 ms, the trie in ~2.5."""
     trie: dict[str, Any] = {}
-    for member in concept_members(concept):
+    for member in itertools.chain.from_iterable(map(concept_members, concepts)):
         node = trie
         for char in member:
             node = node.setdefault(char, {})
         node[""] = {}  # a member ends here
+    if not trie:
+        return re.compile(r"(?!)")  # no member: it matches nothing (not every word boundary)
     return re.compile(r"\b" + _trie_pattern(trie) + r"\b")
+
+
+def concepts_found(pattern: re.Pattern[str], text: str, concepts: Sequence[str]) -> list[str]:
+    """Which of `concepts` (those `pattern` was made of) `text` names a member of."""
+    said = {match.group(0) for match in pattern.finditer(text)}
+    return [c for c in concepts if not said.isdisjoint(concept_members(c))] if said else []
 
 
 def _trie_pattern(node: dict[str, Any]) -> str:

@@ -16,7 +16,10 @@ How "best" is found without embeddings (lexical, BM25-like):
 - a term weighs BM25's idf (a term in most messages says next to nothing), identifiers twice;
   a long message's score is half length-normalised; the whole message found as a phrase wins;
 - each of the best hits brings the two turns on either side at half its score: a question's
-  answer (or the question an answer needs) rarely repeats the question's words.
+  answer (or the question an answer needs) rarely repeats the question's words;
+- the kinds of thing the new message names ("martial arts", "European countries") match the
+  turns that name one of their members ("taekwondo", "Spain"), from WordNet
+  (chat/search/concepts.py): in memory only, each concept one term at half its idf.
 With an embedding model configured, the messages nearest the query's meaning
 (chat/search/semantic.py) join the ranking by reciprocal-rank fusion: "what pets does she
 have?" finds "we got another cat", which shares no word with it.
@@ -56,7 +59,7 @@ from chat.search.archive_window import (
     older_hits_keep,
 )
 from chat.search.backends import Scope, index_hits_many, indexable, rows_by_id
-from chat.search.concepts import concept_pattern, concepts_named
+from chat.search.concepts import concept_pattern, concepts_found, concepts_named
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.selectors import search_deadline
 from chat.search.semantic import rank_fuse, semantic_ranking
@@ -161,15 +164,16 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         matched.append(_Matched(term, idf, ids, asks=weight == 1.0))
     # The kinds of thing the message asks about, spelled out ("martial arts": taekwondo...),
     # each one term; matched in memory only (hundreds of words are no index lookup).
-    for concept in concepts_named(ask.query):
-        pattern = concept_pattern(concept)
-        ids = [
-            *(window.naming(concept) if window is not None else ()),
-            *(mid for mid, text in gap_texts if pattern.search(text)),
-        ]
-        df = max(int(len(ids) / searched * total), len(ids), 1)
-        idf = math.log(1 + (total - df + 0.5) / (df + 0.5)) * CONCEPT_WEIGHT
-        matched.append(_Matched(concept, idf, ids, asks=True))
+    concepts = concepts_named(ask.query)
+    if concepts:
+        named = window.naming(concepts) if window is not None else {c: () for c in concepts}
+        pattern = concept_pattern(*concepts)
+        in_gap = {mid: concepts_found(pattern, text, concepts) for mid, text in gap_texts}
+        for concept in concepts:
+            ids = [*named[concept], *(mid for mid, found in in_gap.items() if concept in found)]
+            df = max(int(len(ids) / searched * total), len(ids), 1)
+            idf = math.log(1 + (total - df + 0.5) / (df + 0.5)) * CONCEPT_WEIGHT
+            matched.append(_Matched(concept, idf, ids, asks=True))
     # The turn before only sharpens what the new message matches ("that bug" after a turn
     # naming it); alone it would recall what the payload holds already.
     asking = any(weight == 1.0 for weight in terms.values())
