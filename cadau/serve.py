@@ -140,4 +140,7 @@ def main(argv: list[str]) -> None:
 if __name__ == "__main__":
     if not {"-h", "--help"} & set(sys.argv[1:]):
         startup_sweep()
+        from chat.search.concepts import concepts_load
+
+        concepts_load()  # before the first question asking for a kind, not during it
     main(sys.argv[1:])

@@ -83,8 +83,8 @@ def main() -> None:
     args = parser.parse_args()
     data = json.dumps(graph_build(args.folder), separators=(",", ":"), ensure_ascii=False)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    # mtime=0: the same input gives the same bytes.
-    with gzip.GzipFile(args.out, "wb", mtime=0) as out:
+    # No name, no time in the header: the same input gives the same bytes.
+    with args.out.open("wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as out:
         out.write(data.encode())
     print(f"{args.out}: {args.out.stat().st_size:,} bytes")
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from time import monotonic
@@ -42,7 +41,7 @@ from typing import Any
 
 from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.backends import MessageRow, Scope, window_rows
-from chat.search.concepts import concept_pattern, concepts_found
+from chat.search.concepts import concept_pattern
 
 # Kept text, in characters, over every session (the content and its folded copy both count).
 # With what is around it (the rows, the kept matches and lookups): 3.6 bytes a counted
@@ -119,25 +118,16 @@ class ArchiveWindow:
                 _kept_update(self.matched, {term: found}, most=MATCHED_TERMS_MAX)
         return found
 
-    def naming(self, concepts: Sequence[str]) -> dict[str, tuple[int, ...]]:
-        """For each of `concepts` (chat/search/concepts.py), the ids of the rows naming one of
-        its members, newest first. Kept with the words: a scan costs 3-5 ms for 1,000 rows of
-        bench ttft's data (236k characters), whatever the number of concepts it looks for, so
-        those not kept yet are looked for together."""
-        found = {
-            c: kept for c in concepts if (kept := self.matched.get(_CONCEPT_KEY + c)) is not None
-        }
-        asked = tuple(c for c in concepts if c not in found)
-        if asked:
-            pattern = concept_pattern(*asked)
-            rows: dict[str, list[int]] = {c: [] for c in asked}
-            for row in self.rows:
-                for concept in concepts_found(pattern, row.folded, asked):
-                    rows[concept].append(row.id)
-            scanned = {c: tuple(ids) for c, ids in rows.items()}
-            keys = {_CONCEPT_KEY + c: ids for c, ids in scanned.items()}
-            _kept_update(self.matched, keys, most=MATCHED_TERMS_MAX)
-            found |= scanned
+    def naming(self, concept: str) -> tuple[int, ...]:
+        """The ids of the rows naming a member of `concept` (chat/search/concepts.py), newest
+        first. Kept with the words: a scan costs 3-5 ms for 1,000 rows of bench ttft's data
+        (236k characters)."""
+        key = _CONCEPT_KEY + concept
+        found = self.matched.get(key)
+        if found is None:
+            pattern = concept_pattern(concept)
+            found = tuple(r.id for r in self.rows if pattern.search(r.folded))
+            _kept_update(self.matched, {key: found}, most=MATCHED_TERMS_MAX)
         return found
 
 

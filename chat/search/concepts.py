@@ -24,8 +24,8 @@ What is left out, and why:
   anything, and too long a pattern to match before the first token;
 - anything but English nouns.
 
-Pure functions on strings; the graph (1.5 MB compressed, ~0.1-0.2 s) is read once per process,
-on the first question that asks for a kind.
+Pure functions on strings. The graph (1.5 MB compressed) is read once per process, ~0.2 s and
+~25 MB: at server start (cadau/serve.py), else on the first question that asks for a kind.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import gzip
 import itertools
 import json
 import re
-from collections.abc import Sequence
+import threading
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,34 +61,67 @@ _PLURALS = (("ses", "s"), ("xes", "x"), ("zes", "z"), ("ches", "ch"), ("shes", "
             ("men", "man"), ("ies", "y"), ("s", ""))  # fmt: skip
 
 
+class _Lists:
+    """A list of lists of ints, flat in two arrays: with the 82k synsets' lemmas and hyponyms
+    as Python lists the graph added 45 MB to a process's resident memory, as arrays 25."""
+
+    __slots__ = ("_items", "_starts")
+
+    def __init__(self, lists: list[list[int]]) -> None:
+        self._starts = array("i", itertools.accumulate(map(len, lists), initial=0))
+        self._items = array("i", itertools.chain.from_iterable(lists))
+
+    def __getitem__(self, i: int) -> array[int]:
+        return self._items[self._starts[i] : self._starts[i + 1]]
+
+
 @dataclass(frozen=True, slots=True)
 class _Graph:
     lemmas: list[str]
     number: dict[str, int]  # lemma -> its index in `lemmas`
-    synsets: list[list[int]]  # synset -> its lemmas
-    hyponyms: list[list[int]]  # synset -> its hyponyms (instance hyponyms included)
-    first: list[int]  # lemma -> its most frequent sense
+    synsets: _Lists  # synset -> its lemmas
+    hyponyms: _Lists  # synset -> its hyponyms (instance hyponyms included)
+    first: array[int]  # lemma -> its most frequent sense
     exceptions: dict[str, str]  # irregular plural -> singular
 
 
-@functools.cache
+_graph_lock = threading.Lock()
+_graph_read_once: _Graph | None = None
+
+
 def _graph() -> _Graph:
+    global _graph_read_once
+    # Recall runs in worker threads: two first questions at once read it once.
+    if _graph_read_once is None:
+        with _graph_lock:
+            if _graph_read_once is None:
+                _graph_read_once = _graph_read()
+    return _graph_read_once
+
+
+def concepts_load() -> None:
+    """Read the graph now (the server does at start): a question's first token never waits for
+    it, and no stream of the process stalls while json holds the interpreter for it."""
+    _graph()
+
+
+def _graph_read() -> _Graph:
     with gzip.open(DATA) as source:
         data = json.load(source)
     lemmas = data["lemmas"]
     return _Graph(
         lemmas=lemmas,
         number={lemma: i for i, lemma in enumerate(lemmas)},
-        synsets=data["synsets"],
-        hyponyms=data["hyponyms"],
-        first=data["first"],
+        synsets=_Lists(data["synsets"]),
+        hyponyms=_Lists(data["hyponyms"]),
+        first=array("i", data["first"]),
         exceptions=data["exceptions"],
     )
 
 
 def _base(word: str) -> int | None:
-    """The lemma `word` is a form of (its index), as WordNet's morphy finds it: the word
-    itself, an irregular plural, then the regular ones."""
+    """The lemma `word` is a form of (its index), by WordNet's morphy rules: the word itself,
+    an irregular plural, then the regular ones; the first found (morphy returns them all)."""
     graph = _graph()
     word = word.casefold()
     for form in (word, graph.exceptions.get(word, "")):
@@ -135,11 +169,35 @@ def concept_members(word: str) -> frozenset[str]:
 
 
 # A question asking for instances of a kind: "what martial arts", "which countries", "how many
-# pets", "what kind of music".
+# children", "what kind of music". The words after it are read by a lookahead, so that the next
+# question word in them starts a match of its own ("what books and which movies").
 _ASKS_KIND = re.compile(
     r"\b(?:what|which|how\s+many)\s+(?:(?:kinds?|types?|sorts?)\s+of\s+)?"
-    r"((?:[A-Za-z]+(?:['-][A-Za-z]+)*\s+){0,2}[A-Za-z]+(?:['-][A-Za-z]+)*)",
+    r"(?=((?:[A-Za-z]+(?:['-][A-Za-z]+)*\s+){0,2}[A-Za-z]+(?:['-][A-Za-z]+)*))",
     re.IGNORECASE,
+)
+# Words that end what a kind can be: the next question, a conjunction.
+_KIND_ENDS = frozenset(("what", "which", "how", "and", "or", "but"))
+# The frame of a question, not a kind it asks for ("which one", "what time", "which way").
+_NOT_KINDS = frozenset(
+    [
+        "one",
+        "ones",
+        "way",
+        "ways",
+        "thing",
+        "things",
+        "time",
+        "times",
+        "lot",
+        "bit",
+        "part",
+        "kind",
+        "type",
+        "sort",
+        "sorts",
+        "number",
+    ]
 )
 
 
@@ -148,7 +206,10 @@ def concepts_named(text: str) -> list[str]:
     asked."""
     found: list[str] = []
     for match in _ASKS_KIND.finditer(text[:TEXT_MAX_CHARS]):
-        kind = _kind(match.group(1).split())
+        words = list(
+            itertools.takewhile(lambda w: w.casefold() not in _KIND_ENDS, match[1].split())
+        )
+        kind = _kind(words)
         if kind is not None and kind not in found:
             found.append(kind)
             if len(found) == CONCEPTS_MAX:
@@ -166,32 +227,31 @@ def _kind(words: list[str]) -> str | None:
     for word in words:
         if word[0].isupper() or len(word) < MEMBER_MIN_CHARS or stopword(word):
             continue
+        if word.casefold() in _NOT_KINDS:
+            continue
         if concept_members(word.casefold()):
             return word.casefold()
     return None
 
 
-@functools.lru_cache(maxsize=1024)
-def concept_pattern(*concepts: str) -> re.Pattern[str]:
-    """Any member of the `concepts` as a whole word, in case-folded text: one pattern, so that
-    a message's concepts cost one scan of the window. The members as a trie ("tae(?:kwondo|
-    kwon do)"): a plain alternation of 125 words scanned 1,000 messages (127k characters) in
-    ~10 ms, the trie in ~2.5."""
+# Compiled patterns kept per process: ~110 KB each for a kind of 200-400 members.
+@functools.lru_cache(maxsize=128)
+def concept_pattern(concept: str) -> re.Pattern[str]:
+    """Any member of `concept` as a whole word, in case-folded text. The members as a trie
+    ("tae(?:kwondo| kwon do)"): a plain alternation of 125 words scanned 1,000 messages (127k
+    characters) in ~10 ms, the trie in ~2.5. One pattern per kind, not one for a question's
+    kinds together: a match of one kind's long member would hide another's short member in it,
+    and every new set of kinds would be compiled again (~20 ms for three large ones)."""
     trie: dict[str, Any] = {}
-    for member in itertools.chain.from_iterable(map(concept_members, concepts)):
+    for member in concept_members(concept):
         node = trie
         for char in member:
             node = node.setdefault(char, {})
         node[""] = {}  # a member ends here
     if not trie:
         return re.compile(r"(?!)")  # no member: it matches nothing (not every word boundary)
-    return re.compile(r"\b" + _trie_pattern(trie) + r"\b")
-
-
-def concepts_found(pattern: re.Pattern[str], text: str, concepts: Sequence[str]) -> list[str]:
-    """Which of `concepts` (those `pattern` was made of) `text` names a member of."""
-    said = {match.group(0) for match in pattern.finditer(text)}
-    return [c for c in concepts if not said.isdisjoint(concept_members(c))] if said else []
+    # Not \b: members may start or end with punctuation ("s.u.v.", "'hood").
+    return re.compile(r"(?<!\w)" + _trie_pattern(trie) + r"(?!\w)")
 
 
 def _trie_pattern(node: dict[str, Any]) -> str:

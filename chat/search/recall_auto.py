@@ -35,7 +35,7 @@ import itertools
 import logging
 import math
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,8 +59,9 @@ from chat.search.archive_window import (
     older_hits_keep,
 )
 from chat.search.backends import Scope, index_hits_many, indexable, rows_by_id
-from chat.search.concepts import concept_pattern, concepts_found, concepts_named
+from chat.search.concepts import concept_pattern, concepts_named
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
+from chat.search.recall_order import RecallOrder, recall_runs
 from chat.search.selectors import search_deadline
 from chat.search.semantic import rank_fuse, semantic_ranking
 from chat.search.terms import recall_terms, term_is_identifier, term_stem
@@ -162,24 +163,16 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         idf = math.log(1 + (total - df + 0.5) / (df + 0.5))
         idf *= weight * (2.0 if term_is_identifier(term) else 1)
         matched.append(_Matched(term, idf, ids, asks=weight == 1.0))
-    # The kinds of thing the message asks about, spelled out ("martial arts": taekwondo...),
-    # each one term; matched in memory only (hundreds of words are no index lookup).
-    concepts = concepts_named(ask.query)
-    if concepts:
-        named = window.naming(concepts) if window is not None else {c: () for c in concepts}
-        pattern = concept_pattern(*concepts)
-        in_gap = {mid: concepts_found(pattern, text, concepts) for mid, text in gap_texts}
-        for concept in concepts:
-            ids = [*named[concept], *(mid for mid, found in in_gap.items() if concept in found)]
-            df = max(int(len(ids) / searched * total), len(ids), 1)
-            idf = math.log(1 + (total - df + 0.5) / (df + 0.5)) * CONCEPT_WEIGHT
-            matched.append(_Matched(concept, idf, ids, asks=True))
+    # The kinds the message asks for, spelled out ("martial arts": taekwondo...), each one term.
+    kinds = _kinds_matched(ask, window, gap_texts, searched=searched, total=total)
+    matched += kinds
     # The turn before only sharpens what the new message matches ("that bug" after a turn
     # naming it); alone it would recall what the payload holds already.
     asking = any(weight == 1.0 for weight in terms.values())
     scores, matched_by = _scored(matched, length_of=length_of, average=average, asked=asking)
     for mid in found[phrase] if long_phrase else ():
         scores[mid] += PHRASE_BONUS
+    _named_by_member(matched_by, kinds, window=window, gap=dict(gap_texts))
     if nearest:
         scores = rank_fuse(scores, nearest)
     if not scores:
@@ -192,6 +185,50 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         matched_by=matched_by,
         known=window.by_id if window is not None else {},
     )
+
+
+def _kinds_matched(
+    ask: RecallAsk,
+    window: ArchiveWindow | None,
+    gap: list[tuple[int, str]],
+    *,
+    searched: int,
+    total: int,
+) -> list[_Matched]:
+    """The kinds `ask.query` asks for (chat/search/concepts.py), each with the window's rows
+    and the gap's texts naming one of its members: matched in memory only (hundreds of words
+    are no index lookup)."""
+    out = []
+    for concept in concepts_named(ask.query):
+        pattern = concept_pattern(concept)
+        ids = [
+            *(window.naming(concept) if window is not None else ()),
+            *(mid for mid, text in gap if pattern.search(text)),
+        ]
+        df = max(int(len(ids) / searched * total), len(ids), 1)
+        idf = math.log(1 + (total - df + 0.5) / (df + 0.5)) * CONCEPT_WEIGHT
+        out.append(_Matched(concept, idf, ids, asks=True))
+    return out
+
+
+def _named_by_member(
+    matched_by: dict[int, str],
+    kinds: list[_Matched],
+    *,
+    window: ArchiveWindow | None,
+    gap: dict[int, str],
+) -> None:
+    """A message matched by a kind alone is named by the member it says ("taekwondo", not
+    "martial arts"): a long one is cut around its name, which must be in it."""
+    for kind in kinds:
+        pattern = concept_pattern(kind.term)
+        for mid in kind.ids:
+            if matched_by.get(mid) != kind.term:
+                continue
+            row = window.by_id.get(mid) if window is not None else None
+            said = pattern.search(row.folded if row is not None else gap.get(mid, ""))
+            if said is not None:
+                matched_by[mid] = said.group(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,7 +449,7 @@ def _fit(
             for mid, role, status, created_at, content in rows_by_id(scope=scope, ids=unknown)
             if role in _ROLES and status not in EXCLUDED_FROM_MODEL
         )
-    order = _Order(sequence, near, position=position)
+    order = RecallOrder(sequence, near, position=position)
     chosen: dict[int, Recalled] = {}
     # Every piece is charged as if it opened a run (header and separator); the first piece
     # rendered has no separator before it.
@@ -441,56 +478,4 @@ def _fit(
         chosen[mid] = piece
         left -= cost
     ordered = sorted(chosen.values(), key=lambda m: m.id)
-    return _runs(ordered, adjacent=order.adjacent)
-
-
-def _runs(recalled: list[Recalled], *, adjacent: Callable[[int, int], bool]) -> list[Recalled]:
-    """`recalled` with `follows` set where the message before it here is the one just before it
-    in the conversation: one dated header per run of adjacent messages (so the rendering can
-    only shrink from what `_fit` charged)."""
-    out: list[Recalled] = []
-    for m in recalled:
-        # `_fit` made every piece as opening a run: only the others are made again.
-        if out and adjacent(out[-1].id, m.id):
-            m = Recalled(m.id, m.role, m.created_at, m.content, follows=True)
-        out.append(m)
-    return out
-
-
-class _Order:
-    """Which message follows which in the conversation, as far as recall knows: the window and
-    the gap's sequence (contiguous, in order), and each looked-up hit's run of neighbours."""
-
-    def __init__(
-        self,
-        sequence: list[int],
-        near: dict[int, list[tuple[int, int]]],
-        *,
-        position: dict[int, int],
-    ) -> None:
-        self._sequence = sequence
-        self._position = position  # each id's place in `sequence`
-        self._after: dict[int, int] = {}
-        self._before: dict[int, int] = {}
-        for hit, found in near.items():
-            if hit not in self._position:
-                for a, b in itertools.pairwise(sorted([hit, *(n for n, _ in found)])):
-                    self._after[a], self._before[b] = b, a
-
-    def adjacent(self, before: int, after: int) -> bool:
-        i, j = self._position.get(before), self._position.get(after)
-        if i is not None and j is not None:
-            return j == i + 1
-        return self._after.get(before) == after
-
-    def before(self, mid: int) -> int | None:
-        i = self._position.get(mid)
-        if i is None:
-            return self._before.get(mid)
-        return self._sequence[i - 1] if i else self._before.get(mid)
-
-    def after(self, mid: int) -> int | None:
-        i = self._position.get(mid)
-        if i is None or i + 1 == len(self._sequence):
-            return self._after.get(mid)
-        return self._sequence[i + 1]
+    return recall_runs(ordered, adjacent=order.adjacent)
