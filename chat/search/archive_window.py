@@ -63,7 +63,9 @@ OLDER_TERMS_MAX = 256
 # longest kept.
 MATCHED_TERMS_MAX = 64
 MATCHED_TERM_RUNES = 64
-# Concepts are kept with the words, under this prefix (no word holds a NUL).
+# Kinds (chat/search/concepts.py) are kept with the words, under this prefix: no word holds a
+# NUL (a whole message kept as a phrase may, and then at worst leaves its own window an empty
+# entry for a kind, read again when the entries are next emptied).
 _CONCEPT_KEY = "\x00concept:"
 # A bound moved by more rows than this is read as a new window (one statement either way).
 _DELTA_ROWS_MAX = 200

@@ -17,9 +17,9 @@ How "best" is found without embeddings (lexical, BM25-like):
   a long message's score is half length-normalised; the whole message found as a phrase wins;
 - each of the best hits brings the two turns on either side at half its score: a question's
   answer (or the question an answer needs) rarely repeats the question's words;
-- the kinds of thing the new message names ("martial arts", "European countries") match the
-  turns that name one of their members ("taekwondo", "Spain"), from WordNet
-  (chat/search/concepts.py): in memory only, each concept one term at half its idf.
+- the kind a question asks for ("what martial arts...", "which European countries...")
+  matches the turns that name one of its members ("taekwondo", "Spain"), from WordNet
+  (chat/search/concepts.py): in memory only, each kind one term at half its idf.
 With an embedding model configured, the messages nearest the query's meaning
 (chat/search/semantic.py) join the ranking by reciprocal-rank fusion: "what pets does she
 have?" finds "we got another cat", which shares no word with it.
@@ -172,7 +172,8 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     scores, matched_by = _scored(matched, length_of=length_of, average=average, asked=asking)
     for mid in found[phrase] if long_phrase else ():
         scores[mid] += PHRASE_BONUS
-    _named_by_member(matched_by, kinds, window=window, gap=dict(gap_texts))
+    if kinds:
+        _named_by_member(matched_by, kinds, window=window, gap=dict(gap_texts))
     if nearest:
         scores = rank_fuse(scores, nearest)
     if not scores:
