@@ -60,21 +60,54 @@ def _worker(*args: str, env: dict[str, str], stdin: str | None = None) -> Any:
     return worker_run("bench.ttft_worker", *args, env=env, stdin=stdin)
 
 
-def _probe(token: str, step: int | None = None) -> str:
+def _probe(token: str, ask: str | None = None) -> str:
     """A timed send's text: a question in seed_demo's vocabulary (recall, which runs before the
     first token, matches it against many archived turns) with a token of its own that no turn
-    holds (its rarest term: looked up in the search index below the recall window).
-
-    With `step`, the *recalling* cell's: asking after an old turn by a rare term the archive
-    holds far below recall's window ("step 118": seed_demo numbers the code a user pastes, so a
-    three-digit number is in ~100 of a million messages, spread over all of them). Its lookup
-    finds those, and their neighbours are read: the path a user asking about something said
-    long ago takes, which the unmatched token never reaches."""
-    if step is None:
+    holds (its rarest term: looked up in the search index below the recall window), or `ask`
+    (the *recalling* and *asking for a kind* cells', _asks) after that token."""
+    if ask is None:
         return f"ttft {token}: why does the retry logic time out with Redis when two workers run?"
-    return (
-        f"ttft {token}: what did I have at step {step}, where the retry logic timed out with Redis?"
-    )
+    return f"ttft {token}: {ask}"
+
+
+# The kinds an *asking for a kind* send asks for, each expanding to 2-400 WordNet members
+# (chat/search/concepts.py): a new one each send, 57 of them (a cell asks 2 x (sends + 2)
+# questions, 64 by default: the last few come back).
+KINDS = (  # noqa: SIM905 (a word list)
+    "databases languages servers tools editors errors files machines computers networks "
+    "protocols vehicles fruits vegetables sports games books drinks metals medicines fabrics "
+    "fish dogs cats cars boats planes trains hats weapons dances songs films movies plays poems "
+    "paintings furniture toys dishes soups breads cheeses wines beers teas spices nuts grains "
+    "rocks minerals jobs crafts hobbies exercises reptiles mammals"
+).split()
+
+
+def _asks(cell: str, count: int) -> Iterator[str] | None:
+    """The questions of a cell that asks its own, the same every run; None for the probe's.
+
+    *recalling*: asking after an old turn by a rare term the archive holds far below recall's
+    window ("step 118": seed_demo numbers the code a user pastes, so a three-digit number is in
+    ~100 of a million messages, spread over all of them). Its lookup finds those, and their
+    neighbours are read: the path a user asking about something said long ago takes, which the
+    unmatched token never reaches. A new number every send: a term looked up once is kept for
+    the session's next sends (chat/search/archive_window.py), and each user question is new.
+
+    *asking for a kind*: "which databases did we use ...": recall scans its window for the
+    kind's members (compiling their pattern the first time the process meets the kind), a new
+    kind every send, as a kept one costs nothing."""
+    if cell.endswith("recalling"):
+        steps = random.Random(2026).sample(range(100, 1000), count)
+        return (
+            f"what did I have at step {n}, where the retry logic timed out with Redis?"
+            for n in steps
+        )
+    if cell.endswith("asking for a kind"):
+        kinds = random.Random(2026).sample(KINDS, len(KINDS))
+        return (
+            f"which {kinds[i % len(kinds)]} did we use when the retry logic timed out with Redis?"
+            for i in range(count)
+        )
+    return None
 
 
 async def _model_ttft(client: httpx.AsyncClient, llm_url: str, payload_runes: int) -> float:
@@ -101,12 +134,12 @@ async def _model_ttft(client: httpx.AsyncClient, llm_url: str, payload_runes: in
 
 
 async def _sse_send(
-    client: httpx.AsyncClient, session_id: int, *, step: int | None = None
+    client: httpx.AsyncClient, session_id: int, *, ask: str | None = None
 ) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
     first = 0.0
     done: dict[str, Any] = {}
-    body = {"session_id": session_id, "content": _probe(uuid.uuid4().hex[:8], step)}
+    body = {"session_id": session_id, "content": _probe(uuid.uuid4().hex[:8], ask)}
     headers = {"Accept": "text/event-stream"}
     async with client.stream("POST", "/api/v1/chat/send", json=body, headers=headers) as r:
         if r.status_code != 200:
@@ -122,9 +155,9 @@ async def _sse_send(
     return first, done
 
 
-async def _ws_send(ws: Any, *, step: int | None = None) -> tuple[float, dict[str, Any]]:
+async def _ws_send(ws: Any, *, ask: str | None = None) -> tuple[float, dict[str, Any]]:
     client_id = uuid.uuid4().hex
-    frame = {"type": "send", "content": _probe(client_id[:8], step), "client_id": client_id}
+    frame = {"type": "send", "content": _probe(client_id[:8], ask), "client_id": client_id}
     started = time.perf_counter()
     first = 0.0
     ours = False  # the socket also saw the session's earlier sends (over REST): skip those
@@ -235,24 +268,22 @@ async def _round_robin(
     each a send per cell over REST and over the WebSocket, round-robin over the cells: drift on
     this shared machine hits all of them alike."""
     sizes = [str(s) for s in sorted(int(k) for k in sessions if k.isdigit())]
-    # (cell, its session's key, None for a fresh one each send; whether it asks an old turn)
-    cells = [("fresh", None, False), *((size, size, False) for size in sizes)]
+    # (cell, its session's key: None for a fresh one each send)
+    cells: list[tuple[str, str | None]] = [("fresh", None), *((size, size) for size in sizes)]
     if sizes:
-        cells.append((f"{sizes[-1]}, recalling", sizes[-1], True))
-    # A new number every send, the same ones every run: a term looked up once is kept for the
-    # session's next sends (chat/search/archive_window.py), and each user question is new.
-    steps = iter(random.Random(2026).sample(range(100, 1000), 2 * (sends + 2)))
+        cells += [(f"{sizes[-1]}, {ask}", sizes[-1]) for ask in ("recalling", "asking for a kind")]
+    asks = {cell: _asks(cell, 2 * (sends + 2)) for cell, _ in cells}
     for i in range(sends + 2):
         timed = i >= 2
-        for kind, key, recalling in cells:
-            step = next(steps) if recalling else None
+        for cell, key in cells:
+            ask = next(it) if (it := asks[cell]) is not None else None
             session = next(fresh) if key is None else sessions[key]
-            first, done = await _sse_send(api, session, step=step)
-            await record(kind, "REST SSE", first, done, timed)
-            step = next(steps) if recalling else None
+            first, done = await _sse_send(api, session, ask=ask)
+            await record(cell, "REST SSE", first, done, timed)
+            ask = next(it) if (it := asks[cell]) is not None else None
             session = next(fresh) if key is None else sessions[key]
-            first, done = await _ws_send(await socket(session), step=step)
-            await record(kind, "WebSocket", first, done, timed)
+            first, done = await _ws_send(await socket(session), ask=ask)
+            await record(cell, "WebSocket", first, done, timed)
 
 
 async def _two_sends(
