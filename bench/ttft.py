@@ -82,32 +82,25 @@ KINDS = (  # noqa: SIM905 (a word list)
 ).split()
 
 
-def _asks(cell: str, count: int) -> Iterator[str] | None:
-    """The questions of a cell that asks its own, the same every run; None for the probe's.
+def _recalling_asks(count: int) -> Iterator[str]:
+    """The *recalling* cell's questions, the same every run: asking after an old turn by a rare
+    term the archive holds far below recall's window ("step 118": seed_demo numbers the code a
+    user pastes, so a three-digit number is in ~100 of a million messages, spread over all of
+    them). Its lookup finds those, and their neighbours are read: the path a user asking about
+    something said long ago takes, which the unmatched token never reaches. A new number every
+    send: a term looked up once is kept for the session's next sends
+    (chat/search/archive_window.py), and each user question is new."""
+    for n in random.Random(2026).sample(range(100, 1000), count):
+        yield f"what did I have at step {n}, where the retry logic timed out with Redis?"
 
-    *recalling*: asking after an old turn by a rare term the archive holds far below recall's
-    window ("step 118": seed_demo numbers the code a user pastes, so a three-digit number is in
-    ~100 of a million messages, spread over all of them). Its lookup finds those, and their
-    neighbours are read: the path a user asking about something said long ago takes, which the
-    unmatched token never reaches. A new number every send: a term looked up once is kept for
-    the session's next sends (chat/search/archive_window.py), and each user question is new.
 
-    *asking for a kind*: "which databases did we use ...": recall scans its window for the
-    kind's members (compiling their pattern the first time the process meets the kind), a new
-    kind every send, as a kept one costs nothing."""
-    if cell.endswith("recalling"):
-        steps = random.Random(2026).sample(range(100, 1000), count)
-        return (
-            f"what did I have at step {n}, where the retry logic timed out with Redis?"
-            for n in steps
-        )
-    if cell.endswith("asking for a kind"):
-        kinds = random.Random(2026).sample(KINDS, len(KINDS))
-        return (
-            f"which {kinds[i % len(kinds)]} did we use when the retry logic timed out with Redis?"
-            for i in range(count)
-        )
-    return None
+def _kind_asks(count: int) -> Iterator[str]:
+    """The *asking for a kind* cell's questions, the same every run: "which databases did we
+    use ...": recall scans its window for the kind's members (compiling their pattern the first
+    time the process meets the kind), a new kind every send, as a kept one costs nothing."""
+    kinds = random.Random(2026).sample(KINDS, len(KINDS))
+    for i in range(count):
+        yield f"which {kinds[i % len(kinds)]} did we use when the retry logic timed out with Redis?"
 
 
 async def _model_ttft(client: httpx.AsyncClient, llm_url: str, payload_runes: int) -> float:
@@ -268,21 +261,24 @@ async def _round_robin(
     each a send per cell over REST and over the WebSocket, round-robin over the cells: drift on
     this shared machine hits all of them alike."""
     sizes = [str(s) for s in sorted(int(k) for k in sessions if k.isdigit())]
-    # (cell, its session's key: None for a fresh one each send)
-    cells: list[tuple[str, str | None]] = [("fresh", None), *((size, size) for size in sizes)]
+    count = 2 * (sends + 2)
+    # (cell, its session's key: None for a fresh one each send, its questions: None for the
+    # probe's)
+    cells: list[tuple[str, str | None, Iterator[str] | None]] = [
+        ("fresh", None, None),
+        *((size, size, None) for size in sizes),
+    ]
     if sizes:
-        cells += [(f"{sizes[-1]}, {ask}", sizes[-1]) for ask in ("recalling", "asking for a kind")]
-    asks = {cell: _asks(cell, 2 * (sends + 2)) for cell, _ in cells}
+        cells.append((f"{sizes[-1]}, recalling", sizes[-1], _recalling_asks(count)))
+        cells.append((f"{sizes[-1]}, asking for a kind", sizes[-1], _kind_asks(count)))
     for i in range(sends + 2):
         timed = i >= 2
-        for cell, key in cells:
-            ask = next(it) if (it := asks[cell]) is not None else None
+        for cell, key, asks in cells:
             session = next(fresh) if key is None else sessions[key]
-            first, done = await _sse_send(api, session, ask=ask)
+            first, done = await _sse_send(api, session, ask=next(asks) if asks else None)
             await record(cell, "REST SSE", first, done, timed)
-            ask = next(it) if (it := asks[cell]) is not None else None
             session = next(fresh) if key is None else sessions[key]
-            first, done = await _ws_send(await socket(session), ask=ask)
+            first, done = await _ws_send(await socket(session), ask=next(asks) if asks else None)
             await record(cell, "WebSocket", first, done, timed)
 
 

@@ -26,9 +26,7 @@ OUT = Path(__file__).resolve().parent.parent / "chat" / "search" / "data" / "wor
 
 def _lines(path: Path) -> list[str]:
     # The licence header's lines start with two spaces; CRLF or LF, either way.
-    return [
-        line.rstrip("\r\n") for line in path.open(encoding="utf-8") if not line.startswith("  ")
-    ]
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line[:2] != "  "]
 
 
 def _lemma(word: str) -> str:

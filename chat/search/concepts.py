@@ -179,26 +179,10 @@ _ASKS_KIND = re.compile(
 # Words that end what a kind can be: the next question, a conjunction.
 _KIND_ENDS = frozenset(("what", "which", "how", "and", "or", "but"))
 # The frame of a question, not a kind it asks for ("which one", "what time", "which way").
-_NOT_KINDS = frozenset(
-    [
-        "one",
-        "ones",
-        "way",
-        "ways",
-        "thing",
-        "things",
-        "time",
-        "times",
-        "lot",
-        "bit",
-        "part",
-        "kind",
-        "type",
-        "sort",
-        "sorts",
-        "number",
-    ]
+_NOT_KINDS_TEXT = (
+    "one ones way ways thing things time times lot bit part kind type sort sorts number"
 )
+_NOT_KINDS = frozenset(_NOT_KINDS_TEXT.split())
 
 
 def concepts_named(text: str) -> list[str]:
@@ -225,12 +209,11 @@ def _kind(words: list[str]) -> str | None:
         if concept_members(pair := f"{first} {second}".casefold()):
             return pair
     for word in words:
-        if word[0].isupper() or len(word) < MEMBER_MIN_CHARS or stopword(word):
+        folded = word.casefold()
+        if word[0].isupper() or len(word) < MEMBER_MIN_CHARS or folded in _NOT_KINDS:
             continue
-        if word.casefold() in _NOT_KINDS:
-            continue
-        if concept_members(word.casefold()):
-            return word.casefold()
+        if not stopword(folded) and concept_members(folded):
+            return folded
     return None
 
 
