@@ -41,7 +41,7 @@ from typing import Any
 
 from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.backends import MessageRow, Scope, window_rows
-from chat.search.concepts import concept_pattern
+from chat.search.concepts import KindTexts
 
 # Kept text, in characters, over every session (the content and its folded copy both count).
 # With what is around it (the rows, the kept matches and lookups): 3.6 bytes a counted
@@ -104,6 +104,9 @@ class ArchiveWindow:
     # The rows holding each word asked of this window (bounded by MATCHED_TERMS_MAX): a chat's
     # messages come back to its words, and the rows of a window never change.
     matched: dict[str, tuple[int, ...]]
+    # The rows' folded texts, for the kinds a question asks for: their words are read on the
+    # first (not counted in `runes`: the rows' distinct words, a small share of their text).
+    kinds: KindTexts
 
     def containing(self, term: str) -> tuple[int, ...]:
         """The ids of the rows that contain `term` (case-folded), newest first."""
@@ -122,13 +125,11 @@ class ArchiveWindow:
 
     def naming(self, concept: str) -> tuple[int, ...]:
         """The ids of the rows naming a member of `concept` (chat/search/concepts.py), newest
-        first. Kept with the words: a scan costs 3-5 ms for 1,000 rows of bench ttft's data
-        (236k characters)."""
+        first. Kept with the words."""
         key = _CONCEPT_KEY + concept
         found = self.matched.get(key)
         if found is None:
-            pattern = concept_pattern(concept)
-            found = tuple(r.id for r in self.rows if pattern.search(r.folded))
+            found = tuple(self.rows[i].id for i in self.kinds.naming(concept))
             _kept_update(self.matched, {key: found}, most=MATCHED_TERMS_MAX)
         return found
 
@@ -156,6 +157,7 @@ def _window(
     read_at: float,
     older_hits: dict[tuple[int, str], list[int]] | None = None,
     matched: dict[str, tuple[int, ...]] | None = None,
+    words: set[str] | None = None,
 ) -> ArchiveWindow:
     runes = sum(len(r.content) + len(r.folded) for r in rows)
     by_id = {r.id: r for r in rows}
@@ -172,6 +174,7 @@ def _window(
         by_id,
         lengths,
         matched or {},
+        KindTexts([r.folded for r in rows], words=words),
     )
 
 
@@ -193,12 +196,22 @@ def _matched_moved(
         while end and ids[end - 1] < oldest:
             end -= 1
         if term.startswith(_CONCEPT_KEY):
-            pattern = concept_pattern(term.removeprefix(_CONCEPT_KEY))
-            found = tuple(r.id for r in added if r.id >= oldest and pattern.search(r.folded))
+            named = KindTexts([r.folded for r in added]).naming(term.removeprefix(_CONCEPT_KEY))
+            found = tuple(added[i].id for i in named if added[i].id >= oldest)
         else:
             found = tuple(r.id for r in added if r.id >= oldest and term in r.folded)
         moved[term] = found + ids[:end]
     return moved
+
+
+def _words_moved(kept: ArchiveWindow, *, added: list[ArchiveRow]) -> set[str] | None:
+    """The words of `kept`'s rows (if a kind was asked of them) and the `added` rows'."""
+    words = kept.kinds.words_read()
+    if words is not None:
+        # In place, not a copy (~0.2 ms for 10k words every send): `kept` is being replaced,
+        # and a thread still reading it only finds more words, each looked for and not found.
+        words.update(KindTexts([r.folded for r in added]).words)
+    return words
 
 
 _lock = threading.Lock()
@@ -243,6 +256,9 @@ def archive_window_read(
                 # A copy: the entries of a bound this window no longer has are never asked for.
                 older_hits=dict(kept.older_hits),
                 matched=_matched_moved(kept, added=added, rows=within),
+                # A superset of the words once rows fall off: a kind's member found among them
+                # is looked for in the rows, and found or not.
+                words=_words_moved(kept, added=added),
             )
             _keep(key, window)
             return window

@@ -16,12 +16,12 @@ concept is a guess, a word of the message is not).
 What is left out, and why:
 - every other noun of a message: expanded too (any noun, on LoCoMo), they matched as much noise
   as evidence (one question more on conversation 41, three fewer on 43 at 16,000 runes), and
-  each concept costs a scan of recall's window before the first token (~4 ms for 1,000 rows
-  of bench ttft's data), which a message that asks for no kind no longer pays;
+  the window's words are read before the first token of the first one asked (~4 ms for
+  1,000 messages of seed_demo's), which a message that asks for no kind does not pay;
 - a capitalised word: a name ("John" is also WordNet's word for a toilet);
 - a sense with no hyponyms ("pet", "knee"): not a kind of thing with kinds under it;
 - a concept with more than MEMBERS_MAX members ("activity", "music"): too vague to say
-  anything, and too long a pattern to match before the first token;
+  anything (and more members to look for before the first token);
 - anything but English nouns.
 
 Pure functions on strings. The graph (1.5 MB compressed) is read once per process, ~0.2 s and
@@ -30,6 +30,7 @@ Pure functions on strings. The graph (1.5 MB compressed) is read once per proces
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gzip
 import itertools
@@ -37,9 +38,9 @@ import json
 import re
 import threading
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from chat.search.terms import stopword
 
@@ -217,33 +218,106 @@ def _kind(words: list[str]) -> str | None:
     return None
 
 
-# Compiled patterns kept per process: ~110 KB each for a kind of 200-400 members.
-@functools.lru_cache(maxsize=128)
-def concept_pattern(concept: str) -> re.Pattern[str]:
-    """Any member of `concept` as a whole word, in case-folded text. The members as a trie
-    ("tae(?:kwondo| kwon do)"): a plain alternation of 125 words scanned 1,000 messages (127k
-    characters) in ~10 ms, the trie in ~2.5. One pattern per kind, not one for a question's
-    kinds together: a match of one kind's long member would hide another's short member in it,
-    and every new set of kinds would be compiled again (~20 ms for three large ones)."""
-    trie: dict[str, Any] = {}
-    for member in concept_members(concept):
-        node = trie
-        for char in member:
-            node = node.setdefault(char, {})
-        node[""] = {}  # a member ends here
-    if not trie:
-        return re.compile(r"(?!)")  # no member: it matches nothing (not every word boundary)
-    # Not \b: members may start or end with punctuation ("s.u.v.", "'hood").
-    return re.compile(r"(?<!\w)" + _trie_pattern(trie) + r"(?!\w)")
+def _is_word(char: str) -> bool:
+    """What a regular expression's \\w matches, for one character."""
+    return char.isalnum() or char == "_"
 
 
-def _trie_pattern(node: dict[str, Any]) -> str:
-    branches = [
-        re.escape(char) + _trie_pattern(child) for char, child in sorted(node.items()) if char
-    ]
-    if not branches:
-        return ""
-    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-    if "" in node:  # a member ends here, and longer ones go on
-        return body + "?" if len(branches) == 1 and len(branches[0]) == 1 else f"(?:{body})?"
-    return body
+# Every ASCII byte \w does not match, to a space: bytes.translate and bytes.split read a text's
+# words in C. (str.translate has a fast path for ASCII text only: 3.5 ms for LoCoMo's 90k
+# characters of conversation 41, with its curly quotes, against 0.2 in bytes; re.findall(r"\w+")
+# takes three times as long as either.)
+_NOT_WORDS = bytes(c for c in range(128) if not _is_word(chr(c)))
+_NOT_WORDS_TO_SPACES = bytes.maketrans(_NOT_WORDS, b" " * len(_NOT_WORDS))
+_WORD = re.compile(r"\w+")
+
+
+def words_of(texts: Iterable[str]) -> set[str]:
+    """Every word (a run of \\w) of `texts`, and some more (a superset: words joined by a
+    character outside ASCII that is no word character are also kept joined)."""
+    raw = " ".join(texts).encode(errors="surrogatepass")
+    tokens = set(raw.translate(_NOT_WORDS_TO_SPACES).split())
+    # One decode for the distinct words, not one each.
+    words = set(b" ".join(tokens).decode(errors="surrogatepass").split(" "))
+    for joined in [w for w in words if not w.isascii()]:
+        words.update(_WORD.findall(joined))
+    return words
+
+
+@functools.lru_cache(maxsize=4096)
+def _with_words(concept: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The members of `concept`, each with its words ("tae kwon do": tae, kwon, do)."""
+    return tuple(
+        (member, tuple(_WORD.findall(member))) for member in sorted(concept_members(concept))
+    )
+
+
+def _whole_at(text: str, member: str, start: int = 0) -> int:
+    """Where `member` first stands in `text` from `start` as a whole word (no word character
+    either side), else -1. Not \\b: a member may start or end with punctuation ("s.u.v.")."""
+    at = text.find(member, start)
+    while at >= 0:
+        end = at + len(member)
+        if not (at and _is_word(text[at - 1])) and not (end < len(text) and _is_word(text[end])):
+            return at
+        at = text.find(member, at + 1)
+    return -1
+
+
+def member_said(text: str, members: Iterable[str]) -> str | None:
+    """Which of `members` `text` (case-folded) says first as a whole word: the longest of those
+    starting there; None when it says none of them."""
+    found = ((_whole_at(text, m), -len(m), m) for m in members if m in text)
+    first = min((f for f in found if f[0] >= 0), default=None)
+    return first[2] if first is not None else None
+
+
+class KindTexts:
+    """Case-folded texts to find kinds' members in, as whole words. A kind has up to
+    MEMBERS_MAX members and a text names few of them: the texts' words are read once (on the
+    first kind asked of them: ~4 ms for 1,000 messages of seed_demo's, 361k characters), and
+    only the members whose words are all among them are looked for, by substring (0.1 ms at
+    the median for bench ttft's 57 kinds in those messages, 2.5 at most). One pattern of all
+    the members, compiled per kind (3 ms on average) and run over every text (8 ms), was what
+    each kind a question asked for cost before the first token."""
+
+    __slots__ = ("_words", "texts")
+
+    def __init__(self, texts: list[str], *, words: set[str] | None = None) -> None:
+        self.texts = texts
+        self._words = words
+
+    @property
+    def words(self) -> set[str]:
+        if self._words is None:
+            self._words = words_of(self.texts)
+        return self._words
+
+    def words_read(self) -> set[str] | None:
+        """Its words, if a kind has been asked of it (else None: not read)."""
+        return self._words
+
+    def present(self, concept: str) -> tuple[str, ...]:
+        """The members of `concept` that may be in the texts (each of their words is)."""
+        words = self.words
+        return tuple(
+            member for member, parts in _with_words(concept) if all(w in words for w in parts)
+        )
+
+    def naming(self, concept: str) -> list[int]:
+        """The positions of the texts naming a member of `concept`, in order."""
+        present = self.present(concept)
+        if not present:
+            return []
+        # One string: each member's occurrences are found in C, not each text tried in turn
+        # (the join takes ~0.02 ms for 1,000 texts; a member holds no newline).
+        joined = "\n".join(self.texts)
+        starts = list(itertools.accumulate((len(t) + 1 for t in self.texts), initial=0))
+        found: set[int] = set()
+        for member in present:
+            at = _whole_at(joined, member)
+            while at >= 0:
+                i = bisect.bisect_right(starts, at) - 1
+                found.add(i)
+                at = _whole_at(joined, member, starts[i + 1])  # this text is found
+        return sorted(found)

@@ -59,7 +59,7 @@ from chat.search.archive_window import (
     older_hits_keep,
 )
 from chat.search.backends import Scope, index_hits_many, indexable, rows_by_id
-from chat.search.concepts import concept_pattern, concepts_named
+from chat.search.concepts import KindTexts, concepts_named, member_said
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.recall_order import RecallOrder, recall_runs
 from chat.search.selectors import search_deadline
@@ -164,7 +164,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         idf *= weight * (2.0 if term_is_identifier(term) else 1)
         matched.append(_Matched(term, idf, ids, asks=weight == 1.0))
     # The kinds the message asks for, spelled out ("martial arts": taekwondo...), each one term.
-    kinds = _kinds_matched(ask, window, gap_texts, searched=searched, total=total)
+    kinds, members = _kinds_matched(ask, window, gap_texts, searched=searched, total=total)
     matched += kinds
     # The turn before only sharpens what the new message matches ("that bug" after a turn
     # naming it); alone it would recall what the payload holds already.
@@ -173,7 +173,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     for mid in found[phrase] if long_phrase else ():
         scores[mid] += PHRASE_BONUS
     if kinds:
-        _named_by_member(matched_by, kinds, window=window, gap=dict(gap_texts))
+        _named_by_member(matched_by, kinds, members, window=window, gap=dict(gap_texts))
     if nearest:
         scores = rank_fuse(scores, nearest)
     if not scores:
@@ -195,26 +195,35 @@ def _kinds_matched(
     *,
     searched: int,
     total: int,
-) -> list[_Matched]:
+) -> tuple[list[_Matched], dict[str, tuple[str, ...]]]:
     """The kinds `ask.query` asks for (chat/search/concepts.py), each with the window's rows
     and the gap's texts naming one of its members: matched in memory only (hundreds of words
-    are no index lookup)."""
-    out = []
-    for concept in concepts_named(ask.query):
-        pattern = concept_pattern(concept)
+    are no index lookup). And, by kind, the members that may be named there."""
+    out: list[_Matched] = []
+    members: dict[str, tuple[str, ...]] = {}
+    concepts = concepts_named(ask.query)
+    if not concepts:
+        return out, members
+    gap_kinds = KindTexts([text for _, text in gap])
+    for concept in concepts:
         ids = [
             *(window.naming(concept) if window is not None else ()),
-            *(mid for mid, text in gap if pattern.search(text)),
+            *(gap[i][0] for i in gap_kinds.naming(concept)),
         ]
+        members[concept] = (
+            *(window.kinds.present(concept) if window is not None else ()),
+            *gap_kinds.present(concept),
+        )
         df = max(int(len(ids) / searched * total), len(ids), 1)
         idf = math.log(1 + (total - df + 0.5) / (df + 0.5)) * CONCEPT_WEIGHT
         out.append(_Matched(concept, idf, ids, asks=True))
-    return out
+    return out, members
 
 
 def _named_by_member(
     matched_by: dict[int, str],
     kinds: list[_Matched],
+    members: dict[str, tuple[str, ...]],
     *,
     window: ArchiveWindow | None,
     gap: dict[int, str],
@@ -222,14 +231,15 @@ def _named_by_member(
     """A message matched by a kind alone is named by the member it says ("taekwondo", not
     "martial arts"): a long one is cut around its name, which must be in it."""
     for kind in kinds:
-        pattern = concept_pattern(kind.term)
         for mid in kind.ids:
             if matched_by.get(mid) != kind.term:
                 continue
             row = window.by_id.get(mid) if window is not None else None
-            said = pattern.search(row.folded if row is not None else gap.get(mid, ""))
+            said = member_said(
+                row.folded if row is not None else gap.get(mid, ""), members[kind.term]
+            )
             if said is not None:
-                matched_by[mid] = said.group(0)
+                matched_by[mid] = said
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,11 @@ from chat.models import ChatMessage, ChatSession, MessageRole
 from chat.search import archive_window
 from chat.search.archive_window import ArchiveRow, archive_windows_forget
 from chat.search.concepts import (
+    KindTexts,
     concept_members,
-    concept_pattern,
     concepts_named,
+    member_said,
+    words_of,
 )
 from chat.search.recall_auto import EXCERPT_RUNES, recall_auto
 from devtools.wordnet_build import graph_build
@@ -40,7 +42,7 @@ def test_a_category_spells_out_its_kinds_and_synonyms():
 
 def test_a_vague_concept_or_no_noun_expands_to_nothing():
     assert concept_members("activity") == frozenset()  # thousands of members
-    assert concept_pattern("zyxwv").search("any text at all") is None
+    assert KindTexts(["any text at all"]).naming("zyxwv") == []
     assert concept_members("zyxwv") == frozenset()
     assert concept_members("") == frozenset()
 
@@ -65,11 +67,31 @@ def test_a_question_names_the_kind_it_asks_for():
     assert concepts_named("Which one? What time? Which way?") == []
 
 
+def _names(text: str, concept: str) -> bool:
+    return KindTexts([text]).naming(concept) == [0]
+
+
 def test_a_member_with_punctuation_is_matched_as_a_whole_word():
     assert "s.u.v." in concept_members("cars")
-    assert concept_pattern("cars").search("we rented an s.u.v. yesterday") is not None
-    assert concept_pattern("cars").search("s.u.v.x") is None
-    assert concept_pattern("martial arts").search("judoka") is None
+    assert _names("we rented an s.u.v. yesterday", "cars")
+    assert not _names("s.u.v.x", "cars")
+    assert not _names("judoka", "martial arts")
+    assert not _names("_judo", "martial arts")
+    assert _names("judo!", "martial arts")
+
+
+def test_the_member_a_text_says_first_and_longest():
+    members = concept_members("martial arts")
+    assert member_said("then tae kwon do, and judo", members) == "tae kwon do"
+    assert member_said("judo, then tae kwon do", members) == "judo"
+    assert member_said("judoka and taekwondoin", members) is None
+
+
+def test_the_words_of_texts_are_every_run_of_word_characters():
+    texts = ["Hello, wörld—again_1 s.u.v.", "日本語のテキスト «quoted» x\ty"]
+    found = words_of(texts)
+    assert set(re.findall(r"\w+", " ".join(texts))) <= found
+    assert "wörld" in found and "again_1" in found and "quoted" in found
 
 
 def test_a_vague_kind_or_no_kind_expands_to_nothing():
@@ -82,16 +104,25 @@ def test_a_long_message_is_read_for_its_beginning_only():
 
 
 _WORDS = ["spain", "spa", "spainx", "tae kwon do", "taekwondo", "tae", "kwon", "judo", "x"]
+_GLUE = [" ", "", ", ", "_", ".", "—", "é", "\n"]
 
 
-@settings(max_examples=200, deadline=None)
-@given(words=st.lists(st.sampled_from(_WORDS), min_size=1, max_size=5), cut=st.integers(0, 3))
-def test_the_trie_pattern_finds_what_a_plain_alternation_finds(words, cut):
-    text = " ".join(words)[cut:]
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(st.sampled_from(_WORDS), min_size=1, max_size=5),
+    glue=st.lists(st.sampled_from(_GLUE), min_size=5, max_size=5),
+    cut=st.integers(0, 3),
+)
+def test_kinds_find_what_a_plain_alternation_finds(words, glue, cut):
+    """The words read first, then the members looked for by substring: the same texts and the
+    same member as one regular expression of all the members, whole words."""
+    text = "".join(w + g for w, g in zip(words, glue, strict=False))[cut:]
     for concept in ("martial arts", "european countries"):
         members = sorted(concept_members(concept), key=len, reverse=True)
-        plain = re.compile(r"\b(?:" + "|".join(map(re.escape, members)) + r")\b")
-        assert bool(concept_pattern(concept).search(text)) == bool(plain.search(text))
+        plain = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, members)) + r")(?!\w)")
+        found = plain.search(text)
+        assert _names(text, concept) == bool(found)
+        assert member_said(text, members) == (found[0] if found else None)
 
 
 def test_the_graph_is_built_from_wordnets_files(tmp_path):
