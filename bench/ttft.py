@@ -96,8 +96,8 @@ def _recalling_asks(count: int) -> Iterator[str]:
 
 def _kind_asks(count: int) -> Iterator[str]:
     """The *asking for a kind* cell's questions, the same every run: "which databases did we
-    use ...": recall scans its window for the kind's members (compiling their pattern the first
-    time the process meets the kind), a new kind every send, as a kept one costs nothing."""
+    use ...": recall looks for the kind's members in its window (reading the window's words
+    the first time a kind is asked of it), a new kind every send, as a kept one costs nothing."""
     kinds = random.Random(2026).sample(KINDS, len(KINDS))
     for i in range(count):
         yield f"which {kinds[i % len(kinds)]} did we use when the retry logic timed out with Redis?"

@@ -170,8 +170,8 @@ def _intro_lines(*, runs: list[DbRun], args: Any, command: str) -> list[str]:
         "seed_demo's pasted code holds in ~100 of a million messages): recall looks it up below "
         "its window and reads its matches' neighbours, before the first token. "
         '*N, asking for a kind*: the largest session asked "which databases did we use ...", '
-        "a new kind each send (chat/search/concepts.py): recall scans its window for the "
-        "kind's WordNet members, compiling their pattern first, before the first token. "
+        "a new kind each send (chat/search/concepts.py): recall looks for the kind's WordNet "
+        "members in its window, before the first token. "
         "*imported, compacting*: a second send to it, as soon as the first one's reply is "
         "done, while the compaction the first started commits chunk after chunk (its *model* "
         "figure also taken once that compaction ended). "

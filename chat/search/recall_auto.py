@@ -58,7 +58,13 @@ from chat.search.archive_window import (
     archive_window_read,
     older_hits_keep,
 )
-from chat.search.backends import Scope, index_hits_many, indexable, rows_by_id
+from chat.search.backends import (
+    Scope,
+    index_hits_many,
+    indexable,
+    rows_by_id,
+    stamp_datetime,
+)
 from chat.search.concepts import KindTexts, concepts_named, member_said
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.recall_order import RecallOrder, recall_runs
@@ -450,8 +456,9 @@ def _fit(
                 continue
             share = NEIGHBOUR_SHARES[distance - 1] * scores[mid]
             candidates[n] = max(candidates.get(n, 0.0), scores.get(n, 0.0), share)
-    # The window's rows are at hand; the gap's and older hits' are read (one statement).
-    by_id = {m: (m, r.role, r.created_at, r.content) for m in candidates if (r := known.get(m))}
+    # The window's rows are at hand; the gap's and older hits' are read (one statement). Their
+    # created_at as read (a window's is the database's text on SQLite): dated when quoted.
+    by_id = {m: (m, r.role, r.stamp, r.content) for m in candidates if (r := known.get(m))}
     unknown = [m for m in candidates if m not in by_id]
     if unknown:
         scope = Scope(owner_id=ask.owner_id, session_id=ask.session_id)
@@ -474,7 +481,7 @@ def _fit(
             # cut and price it (most candidates, once the room is nearly full).
             continue
         text = cut_around(content, around=matched_by.get(mid, ""), runes=EXCERPT_RUNES)
-        piece = Recalled(id=mid, role=role, created_at=created_at, content=text)
+        piece = Recalled(id=mid, role=role, created_at=stamp_datetime(created_at), content=text)
         # Charged what it adds to the rendering: within a run of recalled neighbours a piece
         # has no header, and the run's next piece loses its own. Charging every piece a header
         # left a tenth of the room unused once the hits' neighbours came along.

@@ -263,7 +263,11 @@ def test_recalls_raw_reads_give_each_message_its_stored_time_in_utc(owner):
     session = ChatSessionFactory.create(owner=owner)
     made = [ChatMessageFactory.create(session=session, content=f"said {i}") for i in range(3)]
     scope = Scope(owner_id=owner.pk, session_id=session.pk)
-    by_window = {row[0]: row[3] for row in backends.window_rows(scope=scope, rows=10)}
+    # The window's rows carry created_at as the driver gave it; stamp_datetime reads it.
+    by_window = {
+        row[0]: backends.stamp_datetime(row[3])
+        for row in backends.window_rows(scope=scope, rows=10)
+    }
     by_id = {row[0]: row[3] for row in backends.rows_by_id(scope=scope, ids=[m.pk for m in made])}
     for message in made:
         stored = ChatMessage.objects.get(pk=message.pk).created_at
