@@ -63,10 +63,8 @@ OLDER_TERMS_MAX = 256
 # longest kept.
 MATCHED_TERMS_MAX = 64
 MATCHED_TERM_RUNES = 64
-# Kinds (chat/search/concepts.py) are kept with the words, under this prefix: no word holds a
-# NUL (a whole message kept as a phrase may, and then at worst leaves its own window an empty
-# entry for a kind, read again when the entries are next emptied).
-_CONCEPT_KEY = "\x00concept:"
+# Kinds (chat/search/concepts.py) whose members' rows are kept per window.
+NAMED_KINDS_MAX = 32
 # A bound moved by more rows than this is read as a new window (one statement either way).
 _DELTA_ROWS_MAX = 200
 _RECALLED_ROLES = frozenset((MessageRole.USER, MessageRole.ASSISTANT))
@@ -110,6 +108,8 @@ class ArchiveWindow:
     # The rows holding each word asked of this window (bounded by MATCHED_TERMS_MAX): a chat's
     # messages come back to its words, and the rows of a window never change.
     matched: dict[str, tuple[int, ...]]
+    # The same for the kinds asked of it (bounded by NAMED_KINDS_MAX): each member's rows.
+    named: dict[str, dict[str, tuple[int, ...]]]
     # The rows' folded texts, for the kinds a question asks for: their words are read on the
     # first (not counted in `runes`: the rows' distinct words, a small share of their text).
     kinds: KindTexts
@@ -129,14 +129,16 @@ class ArchiveWindow:
                 _kept_update(self.matched, {term: found}, most=MATCHED_TERMS_MAX)
         return found
 
-    def naming(self, concept: str) -> tuple[int, ...]:
-        """The ids of the rows naming a member of `concept` (chat/search/concepts.py), newest
-        first. Kept with the words."""
-        key = _CONCEPT_KEY + concept
-        found = self.matched.get(key)
+    def naming(self, concept: str) -> dict[str, tuple[int, ...]]:
+        """For each member of `concept` (chat/search/concepts.py) the rows name, their ids,
+        newest first. Kept, as the words are."""
+        found = self.named.get(concept)
         if found is None:
-            found = tuple(self.rows[i].id for i in self.kinds.naming(concept))
-            _kept_update(self.matched, {key: found}, most=MATCHED_TERMS_MAX)
+            found = {
+                member: tuple(self.rows[i].id for i in at)
+                for member, at in self.kinds.naming(concept).items()
+            }
+            _kept_update(self.named, {concept: found}, most=NAMED_KINDS_MAX)
         return found
 
 
@@ -163,6 +165,7 @@ def _window(
     read_at: float,
     older_hits: dict[tuple[int, str], list[int]] | None = None,
     matched: dict[str, tuple[int, ...]] | None = None,
+    named: dict[str, dict[str, tuple[int, ...]]] | None = None,
     words: set[str] | None = None,
 ) -> ArchiveWindow:
     runes = sum(len(r.content) + len(r.folded) for r in rows)
@@ -180,6 +183,7 @@ def _window(
         by_id,
         lengths,
         matched or {},
+        named or {},
         KindTexts([r.folded for r in rows], words=words),
     )
 
@@ -195,19 +199,41 @@ def _matched_moved(
     if not rows:
         return {}
     oldest = rows[-1].id
-    moved: dict[str, tuple[int, ...]] = {}
-    for term, ids in list(kept.matched.items()):
-        end = len(ids)
-        # Newest first: the fallen-off rows are at the end (as many as were added, at most).
-        while end and ids[end - 1] < oldest:
-            end -= 1
-        if term.startswith(_CONCEPT_KEY):
-            named = KindTexts([r.folded for r in added]).naming(term.removeprefix(_CONCEPT_KEY))
-            found = tuple(added[i].id for i in named if added[i].id >= oldest)
-        else:
-            found = tuple(r.id for r in added if r.id >= oldest and term in r.folded)
-        moved[term] = found + ids[:end]
+    return {
+        term: tuple(r.id for r in added if r.id >= oldest and term in r.folded)
+        + _still_in(ids, oldest)
+        for term, ids in list(kept.matched.items())
+    }
+
+
+def _named_moved(
+    kept: ArchiveWindow, *, added: list[ArchiveRow], rows: list[ArchiveRow]
+) -> dict[str, dict[str, tuple[int, ...]]]:
+    """The kinds' members `kept` found, for the window its bound moved to, as _matched_moved."""
+    if not rows:
+        return {}
+    oldest = rows[-1].id
+    texts = KindTexts([r.folded for r in added])
+    moved: dict[str, dict[str, tuple[int, ...]]] = {}
+    for concept, members in list(kept.named.items()):
+        new = texts.naming(concept)
+        moved[concept] = {
+            member: ids
+            for member in sorted({*members, *new})
+            if (
+                ids := tuple(added[i].id for i in new.get(member, ()) if added[i].id >= oldest)
+                + _still_in(members.get(member, ()), oldest)
+            )
+        }
     return moved
+
+
+def _still_in(ids: tuple[int, ...], oldest: int) -> tuple[int, ...]:
+    """`ids` (newest first) down to `oldest`: those fallen off the window's end dropped."""
+    end = len(ids)
+    while end and ids[end - 1] < oldest:
+        end -= 1
+    return ids[:end]
 
 
 def _words_moved(kept: ArchiveWindow, *, added: list[ArchiveRow]) -> set[str] | None:
@@ -262,6 +288,7 @@ def archive_window_read(
                 # A copy: the entries of a bound this window no longer has are never asked for.
                 older_hits=dict(kept.older_hits),
                 matched=_matched_moved(kept, added=added, rows=within),
+                named=_named_moved(kept, added=added, rows=within),
                 # A superset of the words once rows fall off: a kind's member found among them
                 # is looked for in the rows, and found or not.
                 words=_words_moved(kept, added=added),

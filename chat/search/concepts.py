@@ -9,8 +9,8 @@ where WordNet has one ("martial arts"), else the first word naming a kind. It is
 WordNet (Princeton WordNet 3.0, nouns, chat/search/data/, built by devtools/wordnet_build.py):
 its most frequent sense, that sense's other names and its hyponyms three levels down ("martial
 art": judo, karate, taekwondo...; "European country": Spain, England...) are the concept's
-members. Recall matches them as whole words in the rows it holds in memory and scores a message
-holding any of them as one term (its weight BM25's idf of all the messages that do, halved: a
+members. Recall matches them as whole words in the rows it holds in memory and scores each
+member a message names as a term of its own (BM25's idf of the messages naming it, halved: a
 concept is a guess, a word of the message is not).
 
 What is left out, and why:
@@ -264,14 +264,6 @@ def _whole_at(text: str, member: str, start: int = 0) -> int:
     return -1
 
 
-def member_said(text: str, members: Iterable[str]) -> str | None:
-    """Which of `members` `text` (case-folded) says first as a whole word: the longest of those
-    starting there; None when it says none of them."""
-    found = ((_whole_at(text, m), -len(m), m) for m in members if m in text)
-    first = min((f for f in found if f[0] >= 0), default=None)
-    return first[2] if first is not None else None
-
-
 class KindTexts:
     """Case-folded texts to find kinds' members in, as whole words. A kind has up to
     MEMBERS_MAX members and a text names few of them: the texts' words are read once (on the
@@ -304,20 +296,18 @@ class KindTexts:
             member for member, parts in _with_words(concept) if all(w in words for w in parts)
         )
 
-    def naming(self, concept: str) -> list[int]:
-        """The positions of the texts naming a member of `concept`, in order."""
-        present = self.present(concept)
-        if not present:
-            return []
+    def naming(self, concept: str) -> dict[str, list[int]]:
+        """For each member of `concept` the texts name as a whole word, their positions, in
+        order."""
         # One string: each member's occurrences are found in C, not each text tried in turn
         # (the join takes ~0.02 ms for 1,000 texts; a member holds no newline).
         joined = "\n".join(self.texts)
         starts = list(itertools.accumulate((len(t) + 1 for t in self.texts), initial=0))
-        found: set[int] = set()
-        for member in present:
+        found: dict[str, list[int]] = {}
+        for member in self.present(concept):
             at = _whole_at(joined, member)
             while at >= 0:
                 i = bisect.bisect_right(starts, at) - 1
-                found.add(i)
+                found.setdefault(member, []).append(i)
                 at = _whole_at(joined, member, starts[i + 1])  # this text is found
-        return sorted(found)
+        return found

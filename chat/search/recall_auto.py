@@ -19,7 +19,7 @@ How "best" is found without embeddings (lexical, BM25-like):
   answer (or the question an answer needs) rarely repeats the question's words;
 - the kind a question asks for ("what martial arts...", "which European countries...")
   matches the turns that name one of its members ("taekwondo", "Spain"), from WordNet
-  (chat/search/concepts.py): in memory only, each kind one term at half its idf.
+  (chat/search/concepts.py): in memory only, each member named one term at half its idf.
 With an embedding model configured, the messages nearest the query's meaning
 (chat/search/semantic.py) join the ranking by reciprocal-rank fusion: "what pets does she
 have?" finds "we got another cat", which shares no word with it.
@@ -65,7 +65,7 @@ from chat.search.backends import (
     rows_by_id,
     stamp_datetime,
 )
-from chat.search.concepts import KindTexts, concepts_named, member_said
+from chat.search.concepts import KindTexts, concepts_named
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.recall_order import RecallOrder, recall_runs
 from chat.search.selectors import search_deadline
@@ -169,17 +169,14 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         idf = math.log(1 + (total - df + 0.5) / (df + 0.5))
         idf *= weight * (2.0 if term_is_identifier(term) else 1)
         matched.append(_Matched(term, idf, ids, asks=weight == 1.0))
-    # The kinds the message asks for, spelled out ("martial arts": taekwondo...), each one term.
-    kinds, members = _kinds_matched(ask, window, gap_texts, searched=searched, total=total)
-    matched += kinds
+    # The kinds the message asks for, spelled out ("martial arts": taekwondo...), by member.
+    matched += _kinds_matched(ask, window, gap_texts, searched=searched, total=total)
     # The turn before only sharpens what the new message matches ("that bug" after a turn
     # naming it); alone it would recall what the payload holds already.
     asking = any(weight == 1.0 for weight in terms.values())
     scores, matched_by = _scored(matched, length_of=length_of, average=average, asked=asking)
     for mid in found[phrase] if long_phrase else ():
         scores[mid] += PHRASE_BONUS
-    if kinds:
-        _named_by_member(matched_by, kinds, members, window=window, gap=dict(gap_texts))
     if nearest:
         scores = rank_fuse(scores, nearest)
     if not scores:
@@ -201,51 +198,28 @@ def _kinds_matched(
     *,
     searched: int,
     total: int,
-) -> tuple[list[_Matched], dict[str, tuple[str, ...]]]:
-    """The kinds `ask.query` asks for (chat/search/concepts.py), each with the window's rows
-    and the gap's texts naming one of its members: matched in memory only (hundreds of words
-    are no index lookup). And, by kind, the members that may be named there."""
+) -> list[_Matched]:
+    """The kinds `ask.query` asks for (chat/search/concepts.py): each member the window's rows
+    and the gap's texts name, one term with its own idf, weighted down (a kind's members are a
+    guess at what the message means). Matched in memory only (hundreds of words are no index
+    lookup). By member, not one term for the whole kind: a message saying "yoga" is worth
+    more than one saying "walk", as BM25 weighs any rarer word above a common one."""
     out: list[_Matched] = []
-    members: dict[str, tuple[str, ...]] = {}
     concepts = concepts_named(ask.query)
     if not concepts:
-        return out, members
+        return out
     gap_kinds = KindTexts([text for _, text in gap])
     for concept in concepts:
-        ids = [
-            *(window.naming(concept) if window is not None else ()),
-            *(gap[i][0] for i in gap_kinds.naming(concept)),
-        ]
-        members[concept] = (
-            *(window.kinds.present(concept) if window is not None else ()),
-            *gap_kinds.present(concept),
-        )
-        df = max(int(len(ids) / searched * total), len(ids), 1)
-        idf = math.log(1 + (total - df + 0.5) / (df + 0.5)) * CONCEPT_WEIGHT
-        out.append(_Matched(concept, idf, ids, asks=True))
-    return out, members
-
-
-def _named_by_member(
-    matched_by: dict[int, str],
-    kinds: list[_Matched],
-    members: dict[str, tuple[str, ...]],
-    *,
-    window: ArchiveWindow | None,
-    gap: dict[int, str],
-) -> None:
-    """A message matched by a kind alone is named by the member it says ("taekwondo", not
-    "martial arts"): a long one is cut around its name, which must be in it."""
-    for kind in kinds:
-        for mid in kind.ids:
-            if matched_by.get(mid) != kind.term:
-                continue
-            row = window.by_id.get(mid) if window is not None else None
-            said = member_said(
-                row.folded if row is not None else gap.get(mid, ""), members[kind.term]
-            )
-            if said is not None:
-                matched_by[mid] = said
+        each: dict[str, list[int]] = {}
+        for member, kept in (window.naming(concept) if window is not None else {}).items():
+            each[member] = list(kept)
+        for member, found in gap_kinds.naming(concept).items():
+            each.setdefault(member, []).extend(gap[i][0] for i in found)
+        for member, ids in sorted(each.items()):
+            df = max(int(len(ids) / searched * total), len(ids), 1)
+            idf = math.log(1 + (total - df + 0.5) / (df + 0.5)) * CONCEPT_WEIGHT
+            out.append(_Matched(member, idf, ids, asks=True))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ from chat.search.concepts import (
     KindTexts,
     concept_members,
     concepts_named,
-    member_said,
     words_of,
 )
 from chat.search.recall_auto import EXCERPT_RUNES, recall_auto
@@ -42,7 +41,7 @@ def test_a_category_spells_out_its_kinds_and_synonyms():
 
 def test_a_vague_concept_or_no_noun_expands_to_nothing():
     assert concept_members("activity") == frozenset()  # thousands of members
-    assert KindTexts(["any text at all"]).naming("zyxwv") == []
+    assert KindTexts(["any text at all"]).naming("zyxwv") == {}
     assert concept_members("zyxwv") == frozenset()
     assert concept_members("") == frozenset()
 
@@ -68,7 +67,7 @@ def test_a_question_names_the_kind_it_asks_for():
 
 
 def _names(text: str, concept: str) -> bool:
-    return KindTexts([text]).naming(concept) == [0]
+    return bool(KindTexts([text]).naming(concept))
 
 
 def test_a_member_with_punctuation_is_matched_as_a_whole_word():
@@ -80,11 +79,9 @@ def test_a_member_with_punctuation_is_matched_as_a_whole_word():
     assert _names("judo!", "martial arts")
 
 
-def test_the_member_a_text_says_first_and_longest():
-    members = concept_members("martial arts")
-    assert member_said("then tae kwon do, and judo", members) == "tae kwon do"
-    assert member_said("judo, then tae kwon do", members) == "judo"
-    assert member_said("judoka and taekwondoin", members) is None
+def test_each_member_named_with_the_texts_naming_it():
+    texts = ["then tae kwon do, and judo", "judoka and taekwondoin", "judo again"]
+    assert KindTexts(texts).naming("martial arts") == {"judo": [0, 2], "tae kwon do": [0]}
 
 
 def test_the_words_of_texts_are_every_run_of_word_characters():
@@ -114,15 +111,13 @@ _GLUE = [" ", "", ", ", "_", ".", "—", "é", "\n"]
     cut=st.integers(0, 3),
 )
 def test_kinds_find_what_a_plain_alternation_finds(words, glue, cut):
-    """The words read first, then the members looked for by substring: the same texts and the
-    same member as one regular expression of all the members, whole words."""
+    """The words read first, then the members looked for by substring: the same members as a
+    regular expression of each, as a whole word."""
     text = "".join(w + g for w, g in zip(words, glue, strict=False))[cut:]
     for concept in ("martial arts", "european countries"):
         members = sorted(concept_members(concept), key=len, reverse=True)
-        plain = re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, members)) + r")(?!\w)")
-        found = plain.search(text)
-        assert _names(text, concept) == bool(found)
-        assert member_said(text, members) == (found[0] if found else None)
+        said = {m for m in members if re.search(r"(?<!\w)" + re.escape(m) + r"(?!\w)", text)}
+        assert set(KindTexts([text]).naming(concept)) == said
 
 
 def test_the_graph_is_built_from_wordnets_files(tmp_path):
@@ -158,18 +153,18 @@ def test_a_moved_window_carries_its_concepts_over():
     kept = archive_window._window(
         below_id=3,
         version=0,
-        rows=[_row(2, "I did judo"), _row(1, "hello")],
+        rows=[_row(2, "I did judo"), _row(1, "karate, hello")],
         more=False,
         size=2,
         read_at=0.0,
     )
-    assert kept.naming("martial arts") == (2,)
-    assert kept.naming("european countries") == ()
+    assert kept.naming("martial arts") == {"judo": (2,), "karate": (1,)}
+    assert kept.naming("european countries") == {}
     added = [_row(4, "Karate now"), _row(3, "fine")]
     rows = [*added, *kept.rows][:2]
-    carried = archive_window._matched_moved(kept, added=added, rows=rows)
-    # The added row found, the fallen-off one gone; a concept no row named stays kept empty.
-    assert sorted(carried.values()) == [(), (4,)]
+    carried = archive_window._named_moved(kept, added=added, rows=rows)
+    # The added row found, the fallen-off ones gone; a concept no row named stays kept empty.
+    assert carried == {"martial arts": {"karate": (4,)}, "european countries": {}}
 
 
 @pytest.mark.django_db(transaction=True)
