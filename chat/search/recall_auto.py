@@ -53,7 +53,6 @@ from chat.context.compose import (
 from chat.errors import SearchTimeout
 from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
 from chat.search.archive_window import (
-    ArchiveRow,
     ArchiveWindow,
     archive_window_read,
     older_hits_keep,
@@ -187,7 +186,7 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
         sequence=sequence,
         scores=scores,
         matched_by=matched_by,
-        known=window.by_id if window is not None else {},
+        window=window,
     )
 
 
@@ -408,7 +407,7 @@ def _fit(
     sequence: list[int],
     scores: dict[int, float],
     matched_by: dict[int, str],
-    known: dict[int, ArchiveRow],
+    window: ArchiveWindow | None,
 ) -> list[Recalled]:
     # Best first, the newest of equals first (a C key: thousands of scores on a long chat).
     ranked = [mid for mid, _ in sorted(scores.items(), key=_by_score, reverse=True)]
@@ -430,8 +429,8 @@ def _fit(
                 continue
             share = NEIGHBOUR_SHARES[distance - 1] * scores[mid]
             candidates[n] = max(candidates.get(n, 0.0), scores.get(n, 0.0), share)
-    # The window's rows are at hand; the gap's and older hits' are read (one statement). Their
-    # created_at as read (a window's is the database's text on SQLite): dated when quoted.
+    # The window's rows are at hand; the gap's and older hits' are read (one statement).
+    known = window.by_id if window is not None else {}
     by_id = {m: (m, r.role, r.stamp, r.content) for m in candidates if (r := known.get(m))}
     unknown = [m for m in candidates if m not in by_id]
     if unknown:
@@ -449,13 +448,14 @@ def _fit(
     for mid, _ in sorted(candidates.items(), key=_by_score, reverse=True):
         if mid not in by_id or not by_id[mid][3]:
             continue
-        _, role, created_at, content = by_id[mid]
+        _, role, stamp, content = by_id[mid]
         if min(len(content), EXCERPT_RUNES) > left + 2 * RECALL_RUN_SAVING_MAX:
             # Its quote costs more than its text less two headers it could save: no need to
             # cut and price it (most candidates, once the room is nearly full).
             continue
         text = cut_around(content, around=matched_by.get(mid, ""), runes=EXCERPT_RUNES)
-        piece = Recalled(id=mid, role=role, created_at=stamp_datetime(created_at), content=text)
+        when = window.created_at(mid, stamp) if window is not None else stamp_datetime(stamp)
+        piece = Recalled(id=mid, role=role, created_at=when, content=text)
         # Charged what it adds to the rendering: within a run of recalled neighbours a piece
         # has no header, and the run's next piece loses its own. Charging every piece a header
         # left a tenth of the room unused once the hits' neighbours came along.

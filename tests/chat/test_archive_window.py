@@ -380,3 +380,20 @@ def test_a_change_to_stored_messages_moves_their_version_and_nothing_else_does(o
     message_truncate(session=session, message_id=made[-2].pk)
     session.refresh_from_db()
     assert session.messages_version == 2
+
+
+def test_a_windows_rows_are_dated_as_stored_and_each_date_read_once(owner):
+    """Its rows keep created_at as the database gave it (text on SQLite); the window reads it
+    when recall quotes a row: the stored instant, aware, in UTC, kept for the next send."""
+    archive_window.archive_windows_forget()
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=5)]
+    window = _read(session, below_id=ids[-1])
+    stored = dict(ChatMessage.objects.filter(session=session).values_list("id", "created_at"))
+    for row in window.rows:
+        when = window.created_at(row.id, row.stamp)
+        assert when == stored[row.id] and when.utcoffset().total_seconds() == 0
+    assert set(window.dates) == {r.id for r in window.rows}
+    # A message outside the window is dated, not kept.
+    assert window.created_at(ids[-1], stored[ids[-1]]) == stored[ids[-1]]
+    assert ids[-1] not in window.dates
