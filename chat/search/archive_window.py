@@ -111,7 +111,9 @@ class ArchiveWindow:
     # 0.4 ms of each send to a long chat), each once.
     dates: dict[int, datetime]
     # The rows' folded texts, for the kinds a question asks for: their words are read on the
-    # first (not counted in `runes`: the rows' distinct words, a small share of their text).
+    # first. Not counted in `runes`: their distinct ASCII words (~250 KB for 1,000 LoCoMo
+    # turns, 126k characters; a set holds each word in ~100 bytes), kept until the window is
+    # read anew (ENTRY_SECONDS at most).
     kinds: KindTexts
 
     def created_at(self, mid: int, stamp: Any) -> datetime:
@@ -219,21 +221,22 @@ def _matched_moved(
 
 
 def _named_moved(
-    kept: ArchiveWindow, *, added: list[ArchiveRow], rows: list[ArchiveRow]
+    kept: ArchiveWindow, *, added: list[ArchiveRow], texts: KindTexts, rows: list[ArchiveRow]
 ) -> dict[str, dict[str, tuple[int, ...]]]:
-    """The kinds' members `kept` found, for the window its bound moved to, as _matched_moved."""
+    """The kinds' members `kept` found, for the window its bound moved to, as _matched_moved
+    (`texts`: the `added` rows' folded texts)."""
     if not rows:
         return {}
     oldest = rows[-1].id
-    texts = KindTexts([r.folded for r in added])
+    ids = [r.id for r in added]
     moved: dict[str, dict[str, tuple[int, ...]]] = {}
     for concept, members in list(kept.named.items()):
         new = texts.naming(concept)
         moved[concept] = {
-            member: ids
+            member: found
             for member in sorted({*members, *new})
             if (
-                ids := tuple(added[i].id for i in new.get(member, ()) if added[i].id >= oldest)
+                found := tuple(ids[i] for i in new.get(member, ()) if ids[i] >= oldest)
                 + _still_in(members.get(member, ()), oldest)
             )
         }
@@ -248,13 +251,13 @@ def _still_in(ids: tuple[int, ...], oldest: int) -> tuple[int, ...]:
     return ids[:end]
 
 
-def _words_moved(kept: ArchiveWindow, *, added: list[ArchiveRow]) -> set[str] | None:
+def _words_moved(kept: ArchiveWindow, *, added: KindTexts) -> set[str] | None:
     """The words of `kept`'s rows (if a kind was asked of them) and the `added` rows'."""
     words = kept.kinds.words_read()
     if words is not None:
         # In place, not a copy (~0.2 ms for 10k words every send): `kept` is being replaced,
         # and a thread still reading it only finds more words, each looked for and not found.
-        words.update(KindTexts([r.folded for r in added]).words)
+        words.update(added.words)
     return words
 
 
@@ -288,6 +291,7 @@ def archive_window_read(
         found = window_rows(scope=scope, rows=_DELTA_ROWS_MAX, from_id=kept.below_id)
         if len(found) < _DELTA_ROWS_MAX:
             added = _recallable(found)
+            added_texts = KindTexts([r.folded for r in added])
             rows = [*added, *kept.rows]
             within, cut = _within(rows[:size])
             window = _window(
@@ -300,12 +304,11 @@ def archive_window_read(
                 # A copy: the entries of a bound this window no longer has are never asked for.
                 older_hits=dict(kept.older_hits),
                 matched=_matched_moved(kept, added=added, rows=within),
-                named=_named_moved(kept, added=added, rows=within),
-                # Those of rows fallen off the end are never asked for again.
-                dates=dict(kept.dates),
+                named=_named_moved(kept, added=added, texts=added_texts, rows=within),
+                dates={m: d for m, d in kept.dates.items() if within and m >= within[-1].id},
                 # A superset of the words once rows fall off: a kind's member found among them
                 # is looked for in the rows, and found or not.
-                words=_words_moved(kept, added=added),
+                words=_words_moved(kept, added=added_texts),
             )
             _keep(key, window)
             return window

@@ -24,8 +24,9 @@ What is left out, and why:
   anything (and more members to look for before the first token);
 - anything but English nouns.
 
-Pure functions on strings. The graph (1.5 MB compressed) is read once per process, ~0.2 s and
-~25 MB: at server start (cadau/serve.py), else on the first question that asks for a kind.
+Functions on strings, and KindTexts, which reads its texts' words once. The graph (1.5 MB
+compressed) is read once per process, ~0.2 s and ~25 MB: at server start (cadau/serve.py), else
+on the first question that asks for a kind.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def concept_members(word: str) -> frozenset[str]:
     sense = graph.first[base]
     if not graph.hyponyms[sense]:
         # Not a kind of thing with kinds under it ("knee", "logic"): its other names alone
-        # are seldom what a turn says instead, and each concept costs a scan of the window.
+        # are seldom what a turn says instead.
         return frozenset()
     members: set[str] = set()
     seen: set[int] = set()
@@ -233,23 +234,38 @@ _WORD = re.compile(r"\w+")
 
 
 def words_of(texts: Iterable[str]) -> set[str]:
-    """Every word (a run of \\w) of `texts`, and some more (a superset: words joined by a
-    character outside ASCII that is no word character are also kept joined)."""
+    """Every ASCII word of `texts` (a run of \\w all of whose characters are ASCII): what
+    WordNet's members, all ASCII, are made of (KindTexts.present looks for any other member
+    whatever the words). A run with a character beyond ASCII ("naïve", a Chinese sentence) is
+    no member's word, and kept it would copy most of a text in a script without spaces."""
     raw = " ".join(texts).encode(errors="surrogatepass")
     tokens = set(raw.translate(_NOT_WORDS_TO_SPACES).split())
-    # One decode for the distinct words, not one each.
+    # One decode for the distinct tokens, not one each.
     words = set(b" ".join(tokens).decode(errors="surrogatepass").split(" "))
     for joined in [w for w in words if not w.isascii()]:
-        words.update(_WORD.findall(joined))
+        words.discard(joined)
+        words.update(w for w in _WORD.findall(joined) if w.isascii())
+    words.discard("")
     return words
 
 
 @functools.lru_cache(maxsize=4096)
-def _with_words(concept: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The members of `concept`, each with its words ("tae kwon do": tae, kwon, do)."""
-    return tuple(
-        (member, tuple(_WORD.findall(member))) for member in sorted(concept_members(concept))
-    )
+def _with_words(concept: str) -> dict[str, tuple[str, ...]]:
+    """The members of `concept`, each with its ASCII words ("tae kwon do": tae, kwon, do)."""
+    return {
+        member: tuple(w for w in _WORD.findall(member) if w.isascii())
+        for member in sorted(concept_members(concept))
+    }
+
+
+@functools.lru_cache(maxsize=4096)
+def _by_word(concept: str) -> dict[str, tuple[str, ...]]:
+    """The members of `concept` by each of their words; under "" those with none."""
+    found: dict[str, list[str]] = {}
+    for member, parts in _with_words(concept).items():
+        for part in parts or ("",):
+            found.setdefault(part, []).append(member)
+    return {word: tuple(members) for word, members in found.items()}
 
 
 def _whole_at(text: str, member: str, start: int = 0) -> int:
@@ -290,11 +306,18 @@ class KindTexts:
         return self._words
 
     def present(self, concept: str) -> tuple[str, ...]:
-        """The members of `concept` that may be in the texts (each of their words is)."""
-        words = self.words
-        return tuple(
-            member for member, parts in _with_words(concept) if all(w in words for w in parts)
-        )
+        """The members of `concept` that may be in the texts (each of their words is), in
+        order."""
+        words, by_word, parts = self.words, _by_word(concept), _with_words(concept)
+        # From whichever side is smaller: a window moved by two rows has a few dozen words,
+        # and up to NAMED_KINDS_MAX kinds of up to MEMBERS_MAX members each are carried over
+        # (chat/search/archive_window.py), before the first token of every send.
+        if len(words) < len(by_word):
+            candidates = {m for w in words for m in by_word.get(w, ())}
+        else:
+            candidates = {m for w, members in by_word.items() if w in words for m in members}
+        candidates.update(by_word.get("", ()))
+        return tuple(sorted(m for m in candidates if all(w in words for w in parts[m])))
 
     def naming(self, concept: str) -> dict[str, list[int]]:
         """For each member of `concept` the texts name as a whole word, their positions, in
