@@ -16,7 +16,8 @@ How "best" is found without embeddings (lexical, BM25-like):
 - a term weighs BM25's idf (a term in most messages says next to nothing), identifiers twice;
   a long message's score is half length-normalised; the whole message found as a phrase wins;
 - each of the best hits brings the two turns on either side at half its score: a question's
-  answer (or the question an answer needs) rarely repeats the question's words;
+  answer (or the question an answer needs) rarely repeats the question's words; the turn
+  after a hit that asks something (its answer, likely) at three quarters;
 - the kind a question asks for ("what martial arts...", "which European countries...")
   matches the turns that name one of its members ("taekwondo", "Spain"), from WordNet
   (chat/search/concepts.py): in memory only, each member named one term at half its idf.
@@ -91,6 +92,8 @@ NEIGHBOURED_MAX = 120
 # Neighbours up to this far, each at this share of its hit's score by distance.
 NEIGHBOURS = 2
 NEIGHBOUR_SHARES = (0.5, 0.5)
+# The share of the message after a hit that asks a question (its answer, likely).
+ANSWER_SHARE = 0.75
 # How far in id a neighbour looked up in the database may be (other sessions write between).
 NEIGHBOUR_SPAN = 16
 # Ranges looked up per statement (_neighbours_looked_up): under SQLite's limits of 500 arms in
@@ -441,6 +444,14 @@ def _fit(
             if role in _ROLES and status not in EXCLUDED_FROM_MODEL
         )
     order = RecallOrder(sequence, near, position=position)
+    # A hit that asks something passes more of its score to the message after it: the answer,
+    # which seldom repeats the question's words ("what do you do for fun?" -> "writing and
+    # hanging out with friends"). Set once the hits' texts are at hand (older hits' are read
+    # with their neighbours').
+    for mid in ranked:
+        after = order.after(mid)
+        if after is not None and after in candidates and mid in by_id and "?" in by_id[mid][3]:
+            candidates[after] = max(candidates[after], ANSWER_SHARE * scores[mid])
     chosen: dict[int, Recalled] = {}
     # Every piece is charged as if it opened a run (header and separator); the first piece
     # rendered has no separator before it.

@@ -453,3 +453,28 @@ def test_neighbours_past_one_statements_ranges_are_read_in_several(owner, monkey
     recall_auto_module._neighbours_looked_up(session_id=session.pk, ids=hits, out=parts)
     assert parts == whole and sorted(whole) == hits
     assert whole[hits[0]] == [(ids[8], 2), (ids[9], 1), (ids[11], 1), (ids[12], 2)]
+
+
+def test_the_answer_to_a_matching_question_outranks_a_weaker_match(owner, monkeypatch):
+    """The turn after a hit that asks something is its answer, likely, and seldom repeats the
+    question's words: it gets three quarters of the hit's score, not a plain neighbour's half,
+    so a room with space for one more turn takes it over a turn matching one word."""
+    session = _archive(
+        owner,
+        [
+            (MessageRole.USER, "The weekends are long."),
+            (MessageRole.ASSISTANT, "What do you do for fun on weekends?"),
+            (MessageRole.USER, "Writing and hanging out with friends."),
+            *((MessageRole.USER, f"filler chatter number {i} about lunch") for i in range(20)),
+        ],
+    )
+    question = "What does she do for fun on weekends?"
+    asked = "> assistant: What do you do for fun on weekends?"
+    answer = "> user: Writing and hanging out with friends."
+    weaker = "> user: The weekends are long."
+    text = recall_render(recall_auto(_ask(session, question, room=120)))
+    assert asked in text and answer in text and weaker not in text
+    # With a plain neighbour's share, the turn matching "weekends" alone wins the room.
+    monkeypatch.setattr(recall_auto_module, "ANSWER_SHARE", recall_auto_module.NEIGHBOUR_SHARES[0])
+    text = recall_render(recall_auto(_ask(session, question, room=120)))
+    assert asked in text and weaker in text and answer not in text
