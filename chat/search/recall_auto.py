@@ -425,17 +425,14 @@ def _fit(
             return n > ask.gap[-1].id
         return ask.below_id is not None and n >= ask.below_id
 
-    candidates = {mid: scores[mid] for mid in ranked}
+    # The hits and their neighbours outside the core; the window's rows are at hand, the
+    # gap's and older hits' are read (one statement).
+    wanted = dict.fromkeys(ranked)
     for mid in ranked:
-        for n, distance in near.get(mid, []):
-            if in_core(n):
-                continue
-            share = NEIGHBOUR_SHARES[distance - 1] * scores[mid]
-            candidates[n] = max(candidates.get(n, 0.0), scores.get(n, 0.0), share)
-    # The window's rows are at hand; the gap's and older hits' are read (one statement).
+        wanted.update((n, None) for n, _ in near.get(mid, []) if not in_core(n))
     known = window.by_id if window is not None else {}
-    by_id = {m: (m, r.role, r.stamp, r.content) for m in candidates if (r := known.get(m))}
-    unknown = [m for m in candidates if m not in by_id]
+    by_id = {m: (m, r.role, r.stamp, r.content) for m in wanted if (r := known.get(m))}
+    unknown = [m for m in wanted if m not in by_id]
     if unknown:
         scope = Scope(owner_id=ask.owner_id, session_id=ask.session_id)
         by_id.update(
@@ -444,14 +441,22 @@ def _fit(
             if role in _ROLES and status not in EXCLUDED_FROM_MODEL
         )
     order = RecallOrder(sequence, near, position=position)
-    # A hit that asks something passes more of its score to the message after it: the answer,
-    # which seldom repeats the question's words ("what do you do for fun?" -> "writing and
-    # hanging out with friends"). Set once the hits' texts are at hand (older hits' are read
-    # with their neighbours').
+    shared: dict[int, float] = {}
     for mid in ranked:
-        after = order.after(mid)
-        if after is not None and after in candidates and mid in by_id and "?" in by_id[mid][3]:
-            candidates[after] = max(candidates[after], ANSWER_SHARE * scores[mid])
+        # A hit that asks something passes more of its score to the message after it: the
+        # answer, which seldom repeats the question's words ("what do you do for fun?" ->
+        # "writing and hanging out with friends").
+        answer = order.after(mid) if mid in by_id and "?" in by_id[mid][3] else None
+        for n, distance in near.get(mid, []):
+            if in_core(n):
+                continue
+            # The best share, not their sum: summed, a turn between two weak hits outranked
+            # stronger ones (docs/benchmarks.md).
+            part = ANSWER_SHARE if n == answer else NEIGHBOUR_SHARES[distance - 1]
+            shared[n] = max(shared.get(n, 0.0), part * scores[mid])
+    candidates = {mid: scores[mid] for mid in ranked}
+    for n, share in shared.items():
+        candidates[n] = max(candidates.get(n, 0.0), scores.get(n, 0.0), share)
     chosen: dict[int, Recalled] = {}
     # Every piece is charged as if it opened a run (header and separator); the first piece
     # rendered has no separator before it.

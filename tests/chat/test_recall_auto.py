@@ -478,3 +478,27 @@ def test_the_answer_to_a_matching_question_outranks_a_weaker_match(owner, monkey
     monkeypatch.setattr(recall_auto_module, "ANSWER_SHARE", recall_auto_module.NEIGHBOUR_SHARES[0])
     text = recall_render(recall_auto(_ask(session, question, room=120)))
     assert asked in text and weaker in text and answer not in text
+
+
+def test_the_answer_to_a_question_older_than_the_window_comes_with_it(owner, monkeypatch):
+    """Below the window a hit's text is read with its neighbours' (one statement): its answer
+    gets the answer's share there too."""
+    session = _archive(
+        owner,
+        [
+            (MessageRole.USER, "The van 7731-Q may park here."),
+            (MessageRole.ASSISTANT, "Where should the van 7731-Q park tonight?"),
+            (MessageRole.USER, "Behind the depot, bay nine."),
+            *((MessageRole.USER, f"filler chatter number {i} about lunch") for i in range(30)),
+        ],
+    )
+    monkeypatch.setattr(recall_auto_module, "WINDOW_ROWS", 5)
+    question = "where did the van 7731-Q park tonight?"
+    text = recall_render(recall_auto(_ask(session, question, room=130)))
+    assert "> assistant: Where should the van 7731-Q park tonight?" in text
+    assert "> user: Behind the depot, bay nine." in text
+    assert "> user: The van 7731-Q may park here." not in text
+    monkeypatch.setattr(recall_auto_module, "ANSWER_SHARE", recall_auto_module.NEIGHBOUR_SHARES[0])
+    text = recall_render(recall_auto(_ask(session, question, room=130)))
+    assert "> user: The van 7731-Q may park here." in text
+    assert "> user: Behind the depot, bay nine." not in text
