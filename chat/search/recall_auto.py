@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from django.db import connection
 
 from chat.context.compose import (
     RECALL_RUN_SAVING_MAX,
@@ -52,7 +51,7 @@ from chat.context.compose import (
     recall_run_saving,
 )
 from chat.errors import SearchTimeout
-from chat.models import EXCLUDED_FROM_MODEL, ChatMessage, MessageRole
+from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.archive_window import (
     ArchiveWindow,
     archive_window_read,
@@ -67,6 +66,7 @@ from chat.search.backends import (
 )
 from chat.search.concepts import KindTexts, concepts_named
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
+from chat.search.recall_neighbours import neighbour_shares, neighbours_of
 from chat.search.recall_order import RecallOrder, recall_runs
 from chat.search.selectors import search_deadline
 from chat.search.semantic import rank_fuse, semantic_ranking
@@ -89,16 +89,6 @@ TERM_HITS = 40
 LENGTH_NORM = 0.5
 # Hits whose neighbours are looked up (one statement): the best ones, which the room can hold.
 NEIGHBOURED_MAX = 120
-# Neighbours up to this far, each at this share of its hit's score by distance.
-NEIGHBOURS = 2
-NEIGHBOUR_SHARES = (0.5, 0.5)
-# The share of the message after a hit that asks a question (its answer, likely).
-ANSWER_SHARE = 0.75
-# How far in id a neighbour looked up in the database may be (other sessions write between).
-NEIGHBOUR_SPAN = 16
-# Ranges looked up per statement (_neighbours_looked_up): under SQLite's limits of 500 arms in
-# a compound statement and (before 3.32) 999 parameters, 3 per arm.
-_ARMS_MAX = 200
 PHRASE_BONUS = 100.0
 # A concept's idf is halved: its members are a guess at what the message means, its words are
 # what it says.
@@ -334,76 +324,6 @@ def _older_hits(window: ArchiveWindow, scope: Scope, terms: list[str]) -> dict[s
     return kept | found
 
 
-def _neighbours(
-    *, session_id: int, ids: list[int], sequence: list[int], position: dict[int, int]
-) -> dict[int, list[tuple[int, int]]]:
-    """For each of `ids`, the messages up to NEIGHBOURS before and after it in the session, as
-    (id, distance): from `sequence` (the window and the gap, contiguous, in conversation order)
-    when it is there, else in one statement (index lookups on the session's id index)."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    asked = []
-    for mid in ids:
-        if mid in position:
-            i = position[mid]
-            out[mid] = [
-                (sequence[i + d], abs(d))
-                for d in range(-NEIGHBOURS, NEIGHBOURS + 1)
-                if d and 0 <= i + d < len(sequence)
-            ]
-        else:
-            asked.append(mid)
-    if asked:
-        _neighbours_looked_up(session_id=session_id, ids=asked, out=out)
-    return out
-
-
-def _neighbours_looked_up(
-    *, session_id: int, ids: list[int], out: dict[int, list[tuple[int, int]]]
-) -> None:
-    """The neighbours of archive hits older than the window, in one statement (NEIGHBOURED_MAX
-    hits need no more): the session's ids within NEIGHBOUR_SPAN of each hit (ranges on the
-    session's id index; a correlated lookup per neighbour cost PostgreSQL 0.25-0.5 s to plan
-    for 120 hits). A session's consecutive messages are near each other in id unless many
-    other sessions wrote between them: a neighbour that far is left out.
-
-    One arm per range (UNION ALL), each a range of the session's index, not `session_id = %s
-    AND (id BETWEEN .. OR ..)`. Given that OR with bound parameters, SQLite walked the session's
-    whole index (137 ms for 100 ranges in a 1M-message session, 430 ms for 120; the arms: 0.9
-    ms), and PostgreSQL planned it for 8 ms and ran a parallel bitmap scan (ttft bench's data,
-    client-side medians: 40 ranges 13.6 -> 5.1 ms, 120 ranges 39.5 -> 11.7 ms)."""
-    ranges: list[tuple[int, int]] = []
-    for mid in sorted(ids):
-        low, high = mid - NEIGHBOUR_SPAN, mid + NEIGHBOUR_SPAN
-        if ranges and low <= ranges[-1][1] + 1:
-            ranges[-1] = (ranges[-1][0], high)
-        else:
-            ranges.append((low, high))
-    table = connection.ops.quote_name(ChatMessage._meta.db_table)
-    arm = f"SELECT id FROM {table} WHERE session_id = %s AND id BETWEEN %s AND %s"  # noqa: S608
-    near: list[int] = []
-    # More than one statement only past _ARMS_MAX ranges (SQLite's limits).
-    for start in range(0, len(ranges), _ARMS_MAX):
-        chunk = ranges[start : start + _ARMS_MAX]
-        with connection.cursor() as cursor:
-            cursor.execute(
-                " UNION ALL ".join([arm] * len(chunk)),
-                [bound for low, high in chunk for bound in (session_id, low, high)],
-            )
-            near.extend(row[0] for row in cursor.fetchall())
-    # The ranges are disjoint and ascending; the arms' order is not SQL's promise: sorted here.
-    near.sort()
-    position = {mid: i for i, mid in enumerate(near)}
-    for mid in ids:
-        i = position.get(mid)
-        if i is None:
-            continue
-        out[mid] = [
-            (near[i + d], abs(d))
-            for d in range(-NEIGHBOURS, NEIGHBOURS + 1)
-            if d and 0 <= i + d < len(near) and abs(near[i + d] - mid) <= NEIGHBOUR_SPAN
-        ]
-
-
 def _fit(
     ask: RecallAsk,
     *,
@@ -417,7 +337,9 @@ def _fit(
     ranked = ranked[:NEIGHBOURED_MAX]
     # Each id's place in the sequence, for the neighbours and the order of the pieces.
     position = {mid: i for i, mid in enumerate(sequence)}
-    near = _neighbours(session_id=ask.session_id, ids=ranked, sequence=sequence, position=position)
+    near = neighbours_of(
+        session_id=ask.session_id, ids=ranked, sequence=sequence, position=position
+    )
 
     # The payload's core starts after the gap (or at the tail when there is no gap).
     def in_core(n: int) -> bool:
@@ -425,11 +347,12 @@ def _fit(
             return n > ask.gap[-1].id
         return ask.below_id is not None and n >= ask.below_id
 
-    # The hits and their neighbours outside the core; the window's rows are at hand, the
-    # gap's and older hits' are read (one statement).
+    # Each hit's neighbours outside the core, by distance. The window's rows are at hand, the
+    # gap's and older hits' (and their neighbours') are read (one statement).
+    around = {mid: [(n, d) for n, d in near.get(mid, []) if not in_core(n)] for mid in ranked}
     wanted = dict.fromkeys(ranked)
-    for mid in ranked:
-        wanted.update((n, None) for n, _ in near.get(mid, []) if not in_core(n))
+    for found in around.values():
+        wanted.update(dict.fromkeys(n for n, _ in found))
     known = window.by_id if window is not None else {}
     by_id = {m: (m, r.role, r.stamp, r.content) for m in wanted if (r := known.get(m))}
     unknown = [m for m in wanted if m not in by_id]
@@ -440,23 +363,10 @@ def _fit(
             for mid, role, status, created_at, content in rows_by_id(scope=scope, ids=unknown)
             if role in _ROLES and status not in EXCLUDED_FROM_MODEL
         )
-    order = RecallOrder(sequence, near, position=position)
-    shared: dict[int, float] = {}
-    for mid in ranked:
-        # A hit that asks something passes more of its score to the message after it: the
-        # answer, which seldom repeats the question's words ("what do you do for fun?" ->
-        # "writing and hanging out with friends").
-        answer = order.after(mid) if mid in by_id and "?" in by_id[mid][3] else None
-        for n, distance in near.get(mid, []):
-            if in_core(n):
-                continue
-            # The best share, not their sum: summed, a turn between two weak hits outranked
-            # stronger ones (docs/benchmarks.md).
-            part = ANSWER_SHARE if n == answer else NEIGHBOUR_SHARES[distance - 1]
-            shared[n] = max(shared.get(n, 0.0), part * scores[mid])
     candidates = {mid: scores[mid] for mid in ranked}
-    for n, share in shared.items():
+    for n, share in neighbour_shares(around, scores=scores, by_id=by_id).items():
         candidates[n] = max(candidates.get(n, 0.0), scores.get(n, 0.0), share)
+    order = RecallOrder(sequence, near, position=position)
     chosen: dict[int, Recalled] = {}
     # Every piece is charged as if it opened a run (header and separator); the first piece
     # rendered has no separator before it.

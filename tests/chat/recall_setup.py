@@ -4,8 +4,12 @@ summary that passes the guard while dropping it, so only recall can bring the fa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from cadau.contextconfig import ContextConfig
 from chat.context import context_compact
+from chat.context.compose import RecallAsk
 from chat.models import Agent, ChatMessage, ChatSession, MessageRole
 from tests.factories import ChatSessionFactory, make_conversation
 
@@ -56,3 +60,42 @@ def last_reply(session) -> str:
     last = ChatMessage.objects.filter(session=session).order_by("-id").first()
     assert last is not None and last.role == MessageRole.ASSISTANT
     return last.content
+
+
+def recall_ask(session, query, *, gap=(), room=2000):
+    return RecallAsk(
+        session_id=session.pk,
+        owner_id=session.owner_id,
+        below_id=session.verbatim_since_message_id,
+        gap=tuple(gap),
+        query=query,
+        context="",
+        room=room,
+        messages=ChatMessage.objects.filter(session=session).count(),
+    )
+
+
+def archived(owner, rows) -> ChatSession:
+    session: ChatSession = ChatSessionFactory.create(owner=owner)
+    for role, content in rows:
+        ChatMessage.objects.create(session=session, role=role, content=content)
+    anchor = ChatMessage.objects.create(session=session, role=MessageRole.USER, content="anchor")
+    session.verbatim_since_message_id = anchor.pk
+    session.save()
+    return session
+
+
+@contextmanager
+def statements_sent() -> Iterator[list[tuple[str, list]]]:
+    """The statements sent on the default connection, each with its bound parameters (a plan
+    asked with them is the one the database ran; CaptureQueriesContext gives them inlined)."""
+    from django.db import connection
+
+    statements: list[tuple[str, list]] = []
+
+    def kept(execute, sql, params, many, context):
+        statements.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(kept):
+        yield statements
