@@ -341,18 +341,17 @@ def _fit(
         session_id=ask.session_id, ids=ranked, sequence=sequence, position=position
     )
 
-    # The payload's core starts after the gap (or at the tail when there is no gap).
-    def in_core(n: int) -> bool:
-        if ask.gap:
-            return n > ask.gap[-1].id
-        return ask.below_id is not None and n >= ask.below_id
-
+    # The payload's core starts after the gap (or at the tail when there is no gap): its
+    # messages are sent verbatim, never recalled.
+    core: float = math.inf if ask.below_id is None else ask.below_id
+    if ask.gap:
+        core = ask.gap[-1].id + 1
     # Each hit's neighbours outside the core, by distance. The window's rows are at hand, the
     # gap's and older hits' (and their neighbours') are read (one statement).
-    around = {mid: [(n, d) for n, d in near.get(mid, []) if not in_core(n)] for mid in ranked}
+    around = {mid: [(n, d) for n, d in near.get(mid, ()) if n < core] for mid in ranked}
     wanted = dict.fromkeys(ranked)
     for found in around.values():
-        wanted.update(dict.fromkeys(n for n, _ in found))
+        wanted.update(found)  # (id, distance) pairs: only the keys are wanted
     known = window.by_id if window is not None else {}
     by_id = {m: (m, r.role, r.stamp, r.content) for m in wanted if (r := known.get(m))}
     unknown = [m for m in wanted if m not in by_id]
