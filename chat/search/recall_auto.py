@@ -364,7 +364,7 @@ def _fit(
         )
     candidates = {mid: scores[mid] for mid in ranked}
     for n, share in neighbour_shares(around, scores=scores, by_id=by_id).items():
-        candidates[n] = max(candidates.get(n, 0.0), scores.get(n, 0.0), share)
+        candidates[n] = max(scores.get(n, 0.0), share)
     order = RecallOrder(sequence, near, position=position)
     chosen: dict[int, Recalled] = {}
     # Every piece is charged as if it opened a run (header and separator); the first piece

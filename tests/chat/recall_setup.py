@@ -62,7 +62,8 @@ def last_reply(session) -> str:
     return last.content
 
 
-def recall_ask(session, query, *, gap=(), room=2000):
+def recall_ask(session, query, *, gap=(), room=2000) -> RecallAsk:
+    """What the composer asks recall for `query` in `session`: its archive below the anchor."""
     return RecallAsk(
         session_id=session.pk,
         owner_id=session.owner_id,
@@ -76,6 +77,7 @@ def recall_ask(session, query, *, gap=(), room=2000):
 
 
 def archived(owner, rows) -> ChatSession:
+    """A session of `rows` ((role, content) pairs), all archived: the anchor is after them."""
     session: ChatSession = ChatSessionFactory.create(owner=owner)
     for role, content in rows:
         ChatMessage.objects.create(session=session, role=role, content=content)

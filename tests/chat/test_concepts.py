@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chat.context.compose import RecallAsk
 from chat.models import ChatMessage, ChatSession, MessageRole
 from chat.search import archive_window
 from chat.search.archive_window import ArchiveRow, archive_windows_forget
@@ -23,7 +22,7 @@ from chat.search.concepts import (
 )
 from chat.search.recall_auto import EXCERPT_RUNES, recall_auto
 from devtools.wordnet_build import graph_build
-from tests.chat.recall_setup import recall_settings
+from tests.chat.recall_setup import recall_ask, recall_settings
 from tests.factories import ChatSessionFactory, make_conversation
 
 
@@ -190,16 +189,7 @@ def test_recall_finds_a_turn_that_names_a_member_and_not_the_word(owner, setting
     anchor = ChatMessage.objects.create(session=session, role=MessageRole.USER, content="anchor")
     session.verbatim_since_message_id = anchor.pk
     session.save()
-    ask = RecallAsk(
-        session_id=session.pk,
-        owner_id=owner.pk,
-        below_id=anchor.pk,
-        gap=(),
-        query="What martial arts have I done?",
-        context="",
-        room=2000,
-        messages=ChatMessage.objects.filter(session=session).count(),
-    )
+    ask = recall_ask(session, "What martial arts have I done?", room=2000)
     recalled = recall_auto(ask)
     assert answer.pk in [r.id for r in recalled]
     # A long message found through a kind alone is cut around the member it says.
