@@ -32,6 +32,8 @@ from bench.ttft_steps import STEPS_SENDS, steps_marks, steps_medians
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".bench"
+# Between opening the imported chat and sending to it: a user reads and writes for longer.
+OPENED_PAUSE_SECONDS = 0.3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -219,33 +221,74 @@ async def _measure(
             socket=socket,
             record=record,
         )
-        imported = sessions["imported"]
-        for i in range(args.ttft_imported_sends):
-            # Back to how an import leaves it before every send: each one is a first send.
-            _worker("unsummarise", "--session-id", str(imported), env=server_env(server))
-            transport = "REST SSE" if i % 2 == 0 else "WebSocket"
-            # Untimed, to a fresh session: the server has been idle while the last compaction
-            # settled, and a send after idle seconds is slower in every cell (cold caches and
-            # threads: a summarised session's send took ~19 ms after 0.5 s idle, ~10 ms in the
-            # round-robin). The imported cell measures the session's state, not the idle.
-            await _sse_send(api, next(fresh))
-            if transport == "REST SSE":
-                sent = await _two_sends(lambda: _sse_send(api, imported))
-            else:
-                sent = await _two_sends(functools.partial(_ws_send, await socket(imported)))
-            # Its summarising calls go to the same model server: the model's own figures are
-            # taken once it ended.
-            await _compaction_settled(api, imported)
-            await record("imported", transport, sent[0][1], sent[0][2], True)
-            run.compacting_sent += 1
-            if await _committed_after(api, imported, wall=sent[1][0]):
-                run.compacting_overlapped += 1
-                await record("imported, compacting", transport, sent[1][1], sent[1][2], True)
+        await _imported_sends(
+            run=run,
+            server=server,
+            imported=sessions["imported"],
+            sends=args.ttft_imported_sends,
+            fresh=fresh,
+            api=api,
+            socket=socket,
+            record=record,
+        )
     finally:
         for ws in sockets.values():
             await ws.close()
         await api.aclose()
         await model.aclose()
+
+
+async def _imported_sends(
+    *,
+    run: DbRun,
+    server: ServerProcess,
+    imported: int,
+    sends: int,
+    fresh: Iterator[int],
+    api: httpx.AsyncClient,
+    socket: Callable[[int], Awaitable[Any]],
+    record: Callable[..., Awaitable[None]],
+) -> None:
+    """`sends` first sends to the imported session as imported (each followed by a second
+    while the compaction it started commits), and as many after opening it; two of each over
+    REST, then two over the WebSocket, and so on."""
+    for i in range(sends * 2):
+        # Back to how an import leaves it before every send: each one is a first send.
+        _worker("unsummarise", "--session-id", str(imported), env=server_env(server))
+        transport = "REST SSE" if i % 4 < 2 else "WebSocket"
+        # Every other time the chat is opened first, as its page does (the history's
+        # newest page), and the user takes a moment to write: recall's window is read
+        # then, not before the send's first token (chat/search/recall_warm.py).
+        opened = i % 2 == 1
+        if opened:
+            page = await api.get("/api/v1/chat/history", params={"session_id": imported})
+            page.raise_for_status()
+            await asyncio.sleep(OPENED_PAUSE_SECONDS)
+        # Untimed, to a fresh session: the server has been idle while the last compaction
+        # settled, and a send after idle seconds is slower in every cell (cold caches and
+        # threads: a summarised session's send took ~19 ms after 0.5 s idle, ~10 ms in the
+        # round-robin). The imported cell measures the session's state, not the idle.
+        await _sse_send(api, next(fresh))
+        if transport == "REST SSE":
+            sent = await _two_sends(lambda: _sse_send(api, imported))
+        else:
+            sent = await _two_sends(functools.partial(_ws_send, await socket(imported)))
+        # Its summarising calls go to the same model server: the model's own figures are
+        # taken once it ended.
+        await _compaction_settled(api, imported)
+        await record(
+            "imported, opened first" if opened else "imported",
+            transport,
+            sent[0][1],
+            sent[0][2],
+            True,
+        )
+        if opened:
+            continue  # its second send is the same as the other imported sends'
+        run.compacting_sent += 1
+        if await _committed_after(api, imported, wall=sent[1][0]):
+            run.compacting_overlapped += 1
+            await record("imported, compacting", transport, sent[1][1], sent[1][2], True)
 
 
 async def _round_robin(
@@ -348,8 +391,9 @@ def _run_database(*, label: str, url: str, args: Any) -> DbRun:
         fake.wait_ready(path="/v1/models")
         llm_url = f"{fake.url}/v1"
         env = _env(database_url=url, llm_url=llm_url)
-        # Two per round of the cells, one per imported send (its warm-up), one per step send.
-        fresh = (args.ttft_sends + 2) * 2 + args.ttft_imported_sends + STEPS_SENDS + 2
+        # Two per round of the cells, two per imported send (each one's warm-up, opened first
+        # and not), one per step send.
+        fresh = (args.ttft_sends + 2) * 2 + args.ttft_imported_sends * 2 + STEPS_SENDS + 2
         sizes = args.ttft_sizes
         prepared = _worker(
             "prepare", "--sizes", sizes, "--fresh", str(fresh), "--label", label, env=env

@@ -172,6 +172,9 @@ def _intro_lines(*, runs: list[DbRun], args: Any, command: str) -> list[str]:
         '*N, asking for a kind*: the largest session asked "which databases did we use ...", '
         "a new kind each send (chat/search/concepts.py): recall looks for the kind's WordNet "
         "members in its window, before the first token. "
+        "*imported, opened first*: the same first send, the chat opened 0.3 s before it as its "
+        "page opens it (the history's newest page: recall's window is read then, in the "
+        "background). "
         "*imported, compacting*: a second send to it, as soon as the first one's reply is "
         "done, while the compaction the first started commits chunk after chunk (its *model* "
         "figure also taken once that compaction ended). "

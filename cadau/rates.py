@@ -21,6 +21,35 @@ _PERIODS = {
 _RATE_RE = re.compile(r"([0-9]{1,9})/([a-z]+)")
 OFF = "off"
 
+# The limits' defaults (cadau/settings.py RATE_LIMITS reads each from THROTTLE_<SCOPE> in the
+# environment): scope -> "N/period" (s, min, hour, day) or "off".
+RATE_DEFAULTS = {
+    # Every login route (token endpoint, login form, admin login) per client address, and
+    # per username across addresses: each guess costs ~0.3 s of password hashing.
+    "login_ip": "20/min",
+    "login_username": "10/min",
+    # Per user.
+    "session_create": "30/min",
+    # Reading a session's compaction history (the page's panel pages through it).
+    "context_read": "120/min",
+    # Whole-session downloads (each walks the session's every message).
+    "session_export": "10/min",
+    # Message search: the page searches as the user types (debounced), so a burst is normal.
+    "message_search": "120/min",
+    "agent_create": "10/min",
+    # Renaming a session (PATCH /chat/sessions/{id}): each is a write and a broadcast.
+    "session_update": "30/min",
+    # Compact now: each is a summarising model call, seconds of the model server's time.
+    "session_compact": "10/min",
+    # New agent memory entries over the API: each writes a file and rebuilds the agent's index.
+    "memory_entry_create": "30/min",
+    # Messages a user may send (and replies regenerate), REST and WebSocket together.
+    "chat_send": "30/min",
+    # Chats opened whose recall window is read ahead (chat/search/recall_warm.py): past it a
+    # chat opens as before, and its first send reads the window itself.
+    "recall_warm": "30/min",
+}
+
 
 @dataclass(frozen=True)
 class Rate:

@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from cadau.contextconfig import config_path_find, load_chat_context
 from cadau.envparse import env_bool, env_int, env_strict
-from cadau.rates import rate_parse
+from cadau.rates import RATE_DEFAULTS, rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -226,30 +226,6 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 # --- Rate limits (cadau/limits.py) -------------------------------------------------------------
-# scope -> "N/period" (s, min, hour, day) or "off"; each is THROTTLE_<SCOPE> in the environment.
-_RATE_DEFAULTS = {
-    # Every login route (token endpoint, login form, admin login) per client address, and
-    # per username across addresses: each guess costs ~0.3 s of password hashing.
-    "login_ip": "20/min",
-    "login_username": "10/min",
-    # Per user.
-    "session_create": "30/min",
-    # Reading a session's compaction history (the page's panel pages through it).
-    "context_read": "120/min",
-    # Whole-session downloads (each walks the session's every message).
-    "session_export": "10/min",
-    # Message search: the page searches as the user types (debounced), so a burst is normal.
-    "message_search": "120/min",
-    "agent_create": "10/min",
-    # Renaming a session (PATCH /chat/sessions/{id}): each is a write and a broadcast.
-    "session_update": "30/min",
-    # Compact now: each is a summarising model call, seconds of the model server's time.
-    "session_compact": "10/min",
-    # New agent memory entries over the API: each writes a file and rebuilds the agent's index.
-    "memory_entry_create": "30/min",
-    # Messages a user may send (and replies regenerate), REST and WebSocket together.
-    "chat_send": "30/min",
-}
 
 
 def _rates(defaults: dict[str, str]) -> dict[str, str]:
@@ -265,7 +241,7 @@ def _rates(defaults: dict[str, str]) -> dict[str, str]:
     return out
 
 
-RATE_LIMITS: dict[str, str] = _rates(_RATE_DEFAULTS)
+RATE_LIMITS: dict[str, str] = _rates(RATE_DEFAULTS)  # each is THROTTLE_<SCOPE> in the environment
 # This many failed logins for one username from one address within LOGIN_LOCKOUT_SECONDS lock
 # that pair out for LOGIN_LOCKOUT_SECONDS (cadau/logins.py); 0 turns the lockout off.
 LOGIN_FAILURE_LIMIT: int = _int("LOGIN_FAILURE_LIMIT", default=5)

@@ -77,7 +77,7 @@ from chat.events import (
     session_group,
 )
 from chat.layers import LinkedConsumer, layer_outage_seen, memberships_drop, memberships_hold
-from chat.selectors import session_for_user
+from chat.selectors import session_opened_for_user
 from chat.services.sockets import (
     SocketHandle,
     login_group,
@@ -137,7 +137,7 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         try:
-            session = await in_worker(session_for_user)(
+            session = await in_worker(session_opened_for_user)(
                 user=user, session_id=self.scope["url_route"]["kwargs"]["session_id"]
             )
         except NotFound:

@@ -28,6 +28,7 @@ from chat.errors import NotFound
 from chat.llm import provider_info
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot, MessageRole
 from chat.queries import message_exists, message_rows
+from chat.search.recall_warm import recall_window_warm_start
 from chat.text import ascii_int
 
 AGENT_LIST_MAX = 500
@@ -53,6 +54,14 @@ def session_for_user(*, user: Any, session_id: Any, for_update: bool = False) ->
         return qs.get(pk=_parse_id(session_id), owner=user, owner__is_active=True)
     except ChatSession.DoesNotExist:
         raise NotFound() from None
+
+
+def session_opened_for_user(*, user: Any, session_id: Any) -> ChatSession:
+    """session_for_user, for a chat being opened (its page, its socket): a send is likely to
+    follow, and recall's window is read for it meanwhile (chat/search/recall_warm.py)."""
+    session = session_for_user(user=user, session_id=session_id)
+    recall_window_warm_start(session=session)
+    return session
 
 
 def agent_for_user(*, user: Any, agent_id: Any) -> Agent:

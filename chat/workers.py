@@ -5,6 +5,8 @@
   bounded pool, so a burst of replies cannot start a thread storm.
 - `model_wait_run(fn, **kwargs)`: a request awaiting a summarising model call ("compact now").
 - `embedding_submit(fn, **kwargs)`: the background embedder (semantic recall), on its own thread.
+- `warm_submit(key, fn, **kwargs)`: a read ahead of the send it is for (recall's window when a
+  chat is opened), on its own thread, one per key, dropped when too many wait.
 - `foreground_enter()` / `foreground_exit(key)` around a send's way to its first token, and
   `background_yield()` between the steps of background work: the work waits while a send is
   on its way.
@@ -144,6 +146,39 @@ def background_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:
     _pending.add(future)
     future.add_done_callback(_pending.discard)
     return future
+
+
+# Reads that make a coming send cheaper (chat/search/recall_warm.py), on a thread of their own:
+# behind a summary in the background pool they would come after the send they are for. One
+# job per key at a time, WARM_QUEUE_MAX at most: a burst of page loads drops the rest (each
+# send then does its own read, as it would have anyway).
+_warmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cadau-warm")
+_warming: set[object] = set()
+_warming_lock = threading.Lock()
+WARM_QUEUE_MAX = 8
+
+
+def warm_submit(key: object, fn: Callable[..., Any], **kwargs: Any) -> Future[Any] | None:
+    """`fn(**kwargs)` on the warming thread, unless a job of `key` is already waiting or
+    running, or WARM_QUEUE_MAX are (None then)."""
+    with _warming_lock:
+        if key in _warming or len(_warming) >= WARM_QUEUE_MAX:
+            return None
+        _warming.add(key)
+    try:
+        future = _warmer.submit(_run, fn, kwargs)
+    except RuntimeError:  # the pool shut down (the process is stopping)
+        _warming_done(key)
+        return None
+    _pending.add(future)
+    future.add_done_callback(_pending.discard)
+    future.add_done_callback(lambda _: _warming_done(key))
+    return future
+
+
+def _warming_done(key: object) -> None:
+    with _warming_lock:
+        _warming.discard(key)
 
 
 # One thread of its own: embedding batches must not queue behind summaries (a new message would

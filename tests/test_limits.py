@@ -103,7 +103,7 @@ def test_defaults_and_overrides_from_the_environment():
         "[('agent_create', '10/min'), ('chat_send', '30/min'), ('context_read', '120/min'), "
         "('login_ip', '20/min'), ('login_username', '10/min'), "
         "('memory_entry_create', '30/min'), ('message_search', '120/min'), "
-        "('session_compact', '10/min'), ('session_create', '30/min'), "
+        "('recall_warm', '30/min'), ('session_compact', '10/min'), ('session_create', '30/min'), "
         "('session_export', '10/min'), ('session_update', '30/min')] 5 900"
     )
     done = _child({"THROTTLE_SESSION_CREATE": "off", "THROTTLE_LOGIN_IP": "3/s"}, code)

@@ -5,7 +5,7 @@ named methods count (POST by default), so reading a list never spends a creation
 Over the limit DRF raises Throttled, which our exception handler answers with 429, the JSON
 error shape (`throttled`) and Retry-After.
 
-Adding a limit: a default in cadau/settings.py's _RATE_DEFAULTS (which also makes it
+Adding a limit: a default in cadau/rates.py's RATE_DEFAULTS (which also makes it
 THROTTLE_<SCOPE> in the environment) and the class on the view. Outside DRF (a WebSocket
 frame) call cadau.limits.limit_hit(_async) with the same scope and `user_ident(user)`.
 """

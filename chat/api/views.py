@@ -25,6 +25,7 @@ from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
 from chat.api.throttles import LOGIN_THROTTLES, per_user
 from chat.rendering import render_markdown
+from chat.search.recall_warm import recall_window_warm_start
 from chat.selectors import (
     history_page,
     session_budget,
@@ -135,6 +136,9 @@ class HistoryView(APIView):
     def get(self, request: Request) -> Response:
         query = valid(s.HistoryQuerySerializer, request.query_params)
         session = session_for_user(user=request.user, session_id=query["session_id"])
+        if not any(query.get(k) is not None for k in ("before", "cursor", "after", "around")):
+            # The newest page: the chat was just opened, a send is likely to follow.
+            recall_window_warm_start(session=session)
         with cursor_errors():
             page = history_page(
                 session=session,

@@ -215,8 +215,7 @@ def payload_compose(
     ask = RecallAsk(
         session_id=state.session.pk,
         owner_id=state.session.owner_id,
-        # Everything older than the tail read: the archive, and what a read stopped short of.
-        below_id=tail[0].id if anchor is not None or state.backlog else None,
+        below_id=archive_bound_find(state=state),
         gap=tuple(tail[:start]),
         query=tail[-1].content,
         context="\n".join(previous),
@@ -237,6 +236,14 @@ def payload_compose(
         recalled=len(recalled),
         left_out=start - sum(1 for m in recalled if m.id >= tail[0].id),
     )
+
+
+def archive_bound_find(*, state: ContextState) -> int | None:
+    """Where the archive recall searches ends: the tail read's first message, when there is
+    anything older than it (summarised, or past where the read stopped); else None."""
+    if not state.tail or (state.session.verbatim_since_message_id is None and not state.backlog):
+        return None
+    return state.tail[0].id
 
 
 def _id(m: Recalled) -> int:

@@ -23,6 +23,9 @@ version:
 - replies still streaming or failed are left out, as decided when a row is read. An entry is
   read again from scratch after ENTRY_SECONDS in any case.
 
+A window read when its chat is opened (chat/search/recall_warm.py) also gets a list of its
+words (chat/search/window_words.py), counted in its share of the bound.
+
 Per process (several processes each keep their own, each checking the version it is given),
 bounded (CACHE_RUNES_MAX, least recently used first out; a window of long messages holds
 fewer rows, ROWS_RUNES_MAX), keyed by the owner and the session
@@ -32,6 +35,7 @@ checked the session's owner.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -42,6 +46,7 @@ from typing import Any, NamedTuple
 from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.backends import RawMessageRow, Scope, stamp_datetime, window_rows
 from chat.search.concepts import KindTexts
+from chat.search.window_words import WindowWords, window_words_build
 
 # Kept text, in characters, over every session (the content and its folded copy both count).
 # With what is around it (the rows, the kept matches and lookups): 3.6 bytes a counted
@@ -53,8 +58,9 @@ ENTRY_RUNES_MAX = CACHE_RUNES_MAX // 8
 # What a window's rows may hold (content and folded copy): a window of long messages keeps its
 # newest rows within it, and recall asks the index below them, as below any window. Without it
 # a chat of 1-3k-character replies (1,000 rows over ENTRY_RUNES_MAX) was never kept, and every
-# send read its 1,000 rows again.
-ROWS_RUNES_MAX = ENTRY_RUNES_MAX
+# send read its 1,000 rows again. A third of the entry is left for the rows' word list
+# (chat/search/window_words.py; a window whose list does not fit is kept without one).
+ROWS_RUNES_MAX = ENTRY_RUNES_MAX * 2 // 3
 # Messages do not change (see above): this only bounds how long a kept entry is trusted.
 ENTRY_SECONDS = 900.0
 # Index lookups kept per window (term and bound), each up to recall's TERM_HITS ids.
@@ -115,6 +121,9 @@ class ArchiveWindow:
     # turns, 126k characters; a set holds each word in ~100 bytes), kept until the window is
     # read anew (ENTRY_SECONDS at most).
     kinds: KindTexts
+    # The rows' distinct words, once built on the warming thread (chat/search/window_words.py):
+    # a word not asked before is found in them instead of in each row.
+    word_rows: WindowWords | None = None
 
     def created_at(self, mid: int, stamp: Any) -> datetime:
         """When message `mid` was written, from its `stamp` (as the database gave it, or a
@@ -131,10 +140,16 @@ class ArchiveWindow:
         # .get, not `in` then []: another thread may clear the kept terms in between.
         found = self.matched.get(term)
         if found is None:
-            # A scan of every row (~0.1-0.15 ms a term for 1,000 messages on the ttft bench's
-            # data). An index of the rows' words answered in 0.02 ms, but took 12-18 ms to build,
-            # before the first token of every first send and every send after a compaction.
-            found = tuple(r.id for r in self.rows if term in r.folded)
+            # The word list when it is built; else a scan of every row (~0.1-0.3 ms a term for
+            # 1,000 messages). The list takes 10-30 ms to build: never before a first token.
+            listed = (
+                self.word_rows.find(term, oldest=self.rows[-1].id)
+                if self.word_rows is not None and self.rows
+                else None
+            )
+            found = (
+                listed if listed is not None else tuple(r.id for r in self.rows if term in r.folded)
+            )
             # Words only: a phrase (the whole new message) is seldom asked again, and may be
             # long.
             if len(term) <= MATCHED_TERM_RUNES and not any(c.isspace() for c in term):
@@ -180,8 +195,14 @@ def _window(
     named: dict[str, dict[str, tuple[int, ...]]] | None = None,
     dates: dict[int, datetime] | None = None,
     words: set[str] | None = None,
+    word_rows: WindowWords | None = None,
 ) -> ArchiveWindow:
     runes = sum(len(r.content) + len(r.folded) for r in rows)
+    if word_rows is not None:
+        if runes + word_rows.runes > ENTRY_RUNES_MAX:
+            word_rows = None  # a window near its own bound is kept without its list
+        else:
+            runes += word_rows.runes
     by_id = {r.id: r for r in rows}
     lengths = {r.id: len(r.folded) for r in rows}
     return ArchiveWindow(
@@ -199,6 +220,7 @@ def _window(
         named or {},
         dates or {},
         KindTexts([r.folded for r in rows], words=words),
+        word_rows,
     )
 
 
@@ -309,6 +331,7 @@ def archive_window_read(
                 # A superset of the words once rows fall off: a kind's member found among them
                 # is looked for in the rows, and found or not.
                 words=_words_moved(kept, added=added_texts),
+                word_rows=kept.word_rows.gained(added) if kept.word_rows is not None else None,
             )
             _keep(key, window)
             return window
@@ -325,6 +348,40 @@ def archive_window_read(
     )
     _keep(key, window)
     return window
+
+
+def archive_window_words_build(*, owner_id: int, session_id: int) -> bool:
+    """Build the word list of the session's kept window, if it has none; whether it was built
+    and kept (not when the window was replaced meanwhile: its successor gets its own)."""
+    key = (owner_id, session_id)
+    with _lock:
+        kept = _windows.get(key)
+    if kept is None or kept.word_rows is not None:
+        return False
+    word_rows = window_words_build(rows=kept.rows)
+    if kept.runes + word_rows.runes > ENTRY_RUNES_MAX:
+        # Kept without a list, not dropped (a list over a third of the window's own bound: ~55k
+        # characters of distinct words in 1,000 rows). Opening the chat again tries again.
+        return False
+    listed = dataclasses.replace(kept, word_rows=word_rows, runes=kept.runes + word_rows.runes)
+    with _lock:
+        if _windows.get(key) is not kept:
+            return False
+        _keep_locked(key, listed)
+    return True
+
+
+def archive_window_ready(*, owner_id: int, session_id: int, version: int) -> bool:
+    """Whether this process keeps a window of the session read at `version`, still trusted,
+    with its word list (its bound may have moved since: a send reads only what it passed)."""
+    with _lock:
+        kept = _windows.get((owner_id, session_id))
+    return (
+        kept is not None
+        and kept.version == version
+        and kept.word_rows is not None
+        and monotonic() - kept.read_at < ENTRY_SECONDS
+    )
 
 
 def _recallable(found: list[RawMessageRow]) -> list[ArchiveRow]:
@@ -347,18 +404,24 @@ def _within(rows: list[ArchiveRow]) -> tuple[list[ArchiveRow], bool]:
 
 
 def _keep(key: tuple[int, int], window: ArchiveWindow) -> None:
-    global _kept_runes
     with _lock:
-        old = _windows.pop(key, None)
-        if old is not None:
-            _kept_runes -= old.runes
-        if window.runes > ENTRY_RUNES_MAX:
-            return
-        _windows[key] = window
-        _kept_runes += window.runes
-        while _kept_runes > CACHE_RUNES_MAX and _windows:
-            _, dropped = _windows.popitem(last=False)
-            _kept_runes -= dropped.runes
+        _keep_locked(key, window)
+
+
+def _keep_locked(key: tuple[int, int], window: ArchiveWindow) -> None:
+    """`window` kept under `key`, the least recently used dropped past CACHE_RUNES_MAX (the
+    caller holds _lock)."""
+    global _kept_runes
+    old = _windows.pop(key, None)
+    if old is not None:
+        _kept_runes -= old.runes
+    if window.runes > ENTRY_RUNES_MAX:
+        return
+    _windows[key] = window
+    _kept_runes += window.runes
+    while _kept_runes > CACHE_RUNES_MAX and _windows:
+        _, dropped = _windows.popitem(last=False)
+        _kept_runes -= dropped.runes
 
 
 def archive_windows_forget() -> None:

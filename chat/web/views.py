@@ -20,8 +20,8 @@ from chat.selectors import (
     model_provider,
     session_context_config,
     session_default_model,
-    session_for_user,
     session_list,
+    session_opened_for_user,
 )
 from chat.tools import tools_registered
 from chat.web.strings import js_strings
@@ -102,7 +102,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def chat_page(request: HttpRequest, session_id: int) -> HttpResponse:
-    session = session_for_user(user=request.user, session_id=session_id)
+    session = session_opened_for_user(user=request.user, session_id=session_id)
     return _render_chat(request, session)
 
 

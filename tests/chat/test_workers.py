@@ -17,6 +17,7 @@ from chat import workers
 from chat.context import context_compact
 from chat.middleware import TurnForegroundMiddleware
 from chat.workers import background_submit, background_yield, foreground_enter, foreground_exit
+from devtools.introspect import background_wait
 from tests.chat.recall_setup import FORGETFUL_SUMMARY, recall_settings
 from tests.factories import ChatSessionFactory, make_conversation
 
@@ -194,3 +195,29 @@ def test_a_send_is_on_its_way_from_its_arrival_in_either_mode(method, path, held
     asyncio.run(TurnForegroundMiddleware(async_view)(request))
     assert seen == [held, held]
     assert not workers._foreground
+
+
+def test_warming_runs_one_job_per_key_and_drops_what_does_not_fit_its_queue(monkeypatch):
+    monkeypatch.setattr(workers, "WARM_QUEUE_MAX", 3)
+    release = threading.Event()
+    ran: list[str] = []
+
+    def job(name: str) -> None:
+        release.wait(5)
+        ran.append(name)
+
+    first = workers.warm_submit("a", job, name="a")
+    assert first is not None
+    # "a" is running (or waiting): asked again, it is not queued twice.
+    assert workers.warm_submit("a", job, name="a again") is None
+    assert workers.warm_submit("b", job, name="b") is not None
+    assert workers.warm_submit("c", job, name="c") is not None
+    assert workers.warm_submit("d", job, name="d") is None  # three already: dropped
+    release.set()
+    background_wait()
+    assert sorted(ran) == ["a", "b", "c"]
+    # Done: the key may be warmed again.
+    again = workers.warm_submit("a", job, name="a later")
+    assert again is not None
+    again.result(5)
+    assert ran[-1] == "a later"

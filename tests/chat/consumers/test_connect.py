@@ -11,6 +11,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings as settings_module
 
 from chat import events
+from chat.models import ChatSession
+from chat.search.archive_window import archive_window_ready
+from devtools.introspect import background_wait
 from tests.chat.consumers.helpers import (
     TIMEOUT,
     cookie_for,
@@ -18,7 +21,7 @@ from tests.chat.consumers.helpers import (
 )
 from tests.chat.wsclient import until as _until
 from tests.chat.wsclient import ws_open as _open
-from tests.factories import UserFactory
+from tests.factories import ChatSessionFactory, UserFactory, make_conversation
 
 # Replies run through database_sync_to_async, which cannot share a test transaction.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -142,3 +145,29 @@ async def test_a_closed_sockets_consumer_ends_without_cancelling_its_redis_read(
         ws = await _open(session.pk, owner_cookie)
         await ws.disconnect()
         await asyncio.wait_for(asyncio.shield(ws.future), 1.0)
+
+
+async def test_a_socket_opened_on_a_long_chat_has_its_recall_window_read(
+    owner, owner_cookie, settings
+):
+    """The chat is open: its next send will recall from the archive's newest rows, read now in
+    the background (chat/search/recall_warm.py) instead of before that send's first token."""
+    settings.CHAT_CONTEXT_RECALL = True
+    session = await database_sync_to_async(_summarised)(owner)
+    ws = await _open(session.pk, owner_cookie)
+    await database_sync_to_async(background_wait)()
+    assert archive_window_ready(
+        owner_id=owner.pk, session_id=session.pk, version=session.messages_version
+    )
+    await ws.disconnect()
+
+
+def _summarised(owner) -> ChatSession:
+    session: ChatSession = ChatSessionFactory.create(owner=owner)
+    rows = make_conversation(session, turns=60)
+    ChatSession.objects.filter(pk=session.pk).update(
+        context_summary="## Facts and decisions\n- Questions were asked.",
+        verbatim_since_message_id=rows[60].pk,
+    )
+    session.refresh_from_db()
+    return session
