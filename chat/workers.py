@@ -176,6 +176,12 @@ def warm_submit(key: object, fn: Callable[..., Any], **kwargs: Any) -> Future[An
     return future
 
 
+def warm_waiting(key: object) -> bool:
+    """Whether a job of `key` is waiting or running on the warming thread."""
+    with _warming_lock:
+        return key in _warming
+
+
 def _warming_done(key: object) -> None:
     with _warming_lock:
         _warming.discard(key)

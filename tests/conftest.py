@@ -9,6 +9,7 @@ from django.db import connections
 from rest_framework.test import APIClient
 
 from chat.search.archive_window import archive_windows_forget
+from chat.search.recall_warm import recall_warm_forget
 from tests.factories import UserFactory
 from tests.helpers import limits_clear, window_forget
 
@@ -132,8 +133,11 @@ def _no_learned_windows():
 
 @pytest.fixture(autouse=True)
 def _no_kept_archive_windows():
-    """Recall's archive rows kept in this process (chat/search/archive_window.py) are keyed by
-    session id, and SQLite gives a rolled-back test's ids to the next test again."""
+    """Recall's archive rows kept in this process (chat/search/archive_window.py), and the
+    sessions found with none to read ahead (chat/search/recall_warm.py), are keyed by session
+    id, and SQLite gives a rolled-back test's ids to the next test again."""
     archive_windows_forget()
+    recall_warm_forget()
     yield
     archive_windows_forget()
+    recall_warm_forget()

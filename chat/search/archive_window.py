@@ -58,9 +58,9 @@ ENTRY_RUNES_MAX = CACHE_RUNES_MAX // 8
 # What a window's rows may hold (content and folded copy): a window of long messages keeps its
 # newest rows within it, and recall asks the index below them, as below any window. Without it
 # a chat of 1-3k-character replies (1,000 rows over ENTRY_RUNES_MAX) was never kept, and every
-# send read its 1,000 rows again. A third of the entry is left for the rows' word list
-# (chat/search/window_words.py; a window whose list does not fit is kept without one).
-ROWS_RUNES_MAX = ENTRY_RUNES_MAX * 2 // 3
+# send read its 1,000 rows again. The rows come first: a window whose word list
+# (chat/search/window_words.py) does not fit beside them is kept without one.
+ROWS_RUNES_MAX = ENTRY_RUNES_MAX
 # Messages do not change (see above): this only bounds how long a kept entry is trusted.
 ENTRY_SECONDS = 900.0
 # Index lookups kept per window (term and bound), each up to recall's TERM_HITS ids.
@@ -124,6 +124,9 @@ class ArchiveWindow:
     # The rows' distinct words, once built on the warming thread (chat/search/window_words.py):
     # a word not asked before is found in them instead of in each row.
     word_rows: WindowWords | None = None
+    # A list was built for these rows and did not fit: opening the chat again would only build
+    # it again to throw it away.
+    words_tried: bool = False
 
     def created_at(self, mid: int, stamp: Any) -> datetime:
         """When message `mid` was written, from its `stamp` (as the database gave it, or a
@@ -196,11 +199,12 @@ def _window(
     dates: dict[int, datetime] | None = None,
     words: set[str] | None = None,
     word_rows: WindowWords | None = None,
+    words_tried: bool = False,
 ) -> ArchiveWindow:
     runes = sum(len(r.content) + len(r.folded) for r in rows)
     if word_rows is not None:
         if runes + word_rows.runes > ENTRY_RUNES_MAX:
-            word_rows = None  # a window near its own bound is kept without its list
+            word_rows, words_tried = None, True  # the rows first: kept without their list
         else:
             runes += word_rows.runes
     by_id = {r.id: r for r in rows}
@@ -221,6 +225,7 @@ def _window(
         dates or {},
         KindTexts([r.folded for r in rows], words=words),
         word_rows,
+        words_tried,
     )
 
 
@@ -332,6 +337,7 @@ def archive_window_read(
                 # is looked for in the rows, and found or not.
                 words=_words_moved(kept, added=added_texts),
                 word_rows=kept.word_rows.gained(added) if kept.word_rows is not None else None,
+                words_tried=kept.words_tried,
             )
             _keep(key, window)
             return window
@@ -356,30 +362,36 @@ def archive_window_words_build(*, owner_id: int, session_id: int) -> bool:
     key = (owner_id, session_id)
     with _lock:
         kept = _windows.get(key)
-    if kept is None or kept.word_rows is not None:
+    if kept is None or kept.word_rows is not None or kept.words_tried:
         return False
     word_rows = window_words_build(rows=kept.rows)
     if kept.runes + word_rows.runes > ENTRY_RUNES_MAX:
-        # Kept without a list, not dropped (a list over a third of the window's own bound: ~55k
-        # characters of distinct words in 1,000 rows). Opening the chat again tries again.
-        return False
-    listed = dataclasses.replace(kept, word_rows=word_rows, runes=kept.runes + word_rows.runes)
+        # Kept without a list, not dropped: its rows come first (a chat of long replies, or
+        # 330k characters of varied prose with 42k distinct words, whose list would be ~2M).
+        listed = dataclasses.replace(kept, words_tried=True)
+    else:
+        listed = dataclasses.replace(kept, word_rows=word_rows, runes=kept.runes + word_rows.runes)
     with _lock:
         if _windows.get(key) is not kept:
             return False
         _keep_locked(key, listed)
-    return True
+    return listed.word_rows is not None
 
 
-def archive_window_ready(*, owner_id: int, session_id: int, version: int) -> bool:
+def archive_window_ready(
+    *, owner_id: int, session_id: int, version: int, below_id: int | None
+) -> bool:
     """Whether this process keeps a window of the session read at `version`, still trusted,
-    with its word list (its bound may have moved since: a send reads only what it passed)."""
+    with its word list (or tried for one), and bound at `below_id` at least (the session's
+    anchor: a compaction since moves the next send's bound past it, maybe far enough that the
+    send reads it all again)."""
     with _lock:
         kept = _windows.get((owner_id, session_id))
     return (
         kept is not None
         and kept.version == version
-        and kept.word_rows is not None
+        and (kept.word_rows is not None or kept.words_tried)
+        and kept.below_id >= (below_id or 0)
         and monotonic() - kept.read_at < ENTRY_SECONDS
     )
 

@@ -6,7 +6,7 @@ them before its first token: the first send to a session just imported or made b
 the first to any session after this process started, after an admin edit or a truncation, or
 after the kept entry's ENTRY_SECONDS. In process, on bench ttft's imported session, that read
 (1,000 rows fetched and case-folded, each word of the message scanned over them) made the
-payload build 9.3 ms against 4.4 with the window kept (5.0 read ahead with its word list). A
+payload build 9.3 ms against 4.3 with the window kept (4.7 read ahead with its word list). A
 user opens a chat before writing in it: the chat page, the history's newest page and the
 session's socket each start the read in the background (chat/workers.py `warm_submit`: its
 own thread, one job per session, a bounded queue), and the send finds the window kept, its
@@ -25,10 +25,14 @@ it then lists (chat/search/window_words.py). Callers have checked the session's 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 from django.conf import settings
 
 from cadau.limits import limit_hit
 from chat.context.compose import archive_bound_find
+from chat.context.prompt import context_config_for
 from chat.context.state import context_state_read
 from chat.models import ChatSession
 from chat.search.archive_window import (
@@ -37,38 +41,67 @@ from chat.search.archive_window import (
     archive_window_words_build,
 )
 from chat.search.recall_auto import WINDOW_ROWS
-from chat.workers import background_yield, warm_submit
+from chat.workers import background_yield, warm_submit, warm_waiting
 
 # A chat without a summary and fewer messages than this is left alone: the default budget holds
 # all of it (no archive to recall from), and where it does not, its window is small and the
 # send's own read cheap.
 WARM_MIN_MESSAGES = 100
+# Sessions a job found nothing to read for (all of it fits the payload, or the seed's strategy),
+# with the state it found (their versions and message count): opened again unchanged, they are
+# not read again. Bounded, least recently found out first.
+NOTHING_KEPT_MAX = 1024
+_nothing: OrderedDict[int, tuple[int, int, int]] = OrderedDict()
+_nothing_lock = threading.Lock()
+
+
+def _state(session: ChatSession) -> tuple[int, int, int]:
+    return (session.messages_version, session.context_version, session.message_count)
 
 
 def recall_window_warm_start(*, session: ChatSession) -> bool:
     """Have this process read, in the background, the archive window the session's next send
-    will recall from; False when there is nothing to do (recall off, a short chat, a window
-    kept already with its word list, the user's rate spent) or the warming queue is full.
-    Reads nothing from the database (the rate is counted in the cache)."""
+    will recall from; False when there is nothing to do (recall off or the seed's strategy, a
+    short chat or one found with no archive, a window kept with its word list, a job of the
+    session under way, the user's rate spent) or the warming queue is full. Reads nothing from
+    the database (the rate is counted in the cache)."""
     if not settings.CHAT_CONTEXT_RECALL:
         return False
     if session.verbatim_since_message_id is None and session.message_count < WARM_MIN_MESSAGES:
         return False
-    if archive_window_ready(
-        owner_id=session.owner_id, session_id=session.pk, version=session.messages_version
+    key = ("recall-window", session.pk)
+    with _nothing_lock:
+        found_nothing = _nothing.get(session.pk) == _state(session)
+    if (
+        found_nothing
+        or warm_waiting(key)
+        or context_config_for(session=session).strategy != "cadau"
+        or archive_window_ready(
+            owner_id=session.owner_id,
+            session_id=session.pk,
+            version=session.messages_version,
+            below_id=session.verbatim_since_message_id,
+        )
     ):
         return False
     # Each job reads up to WINDOW_ROWS rows and lists their words (10-30 ms): a user opening
-    # chat after chat is counted. Past the rate the chat opens as before.
+    # chat after chat is counted, once per job started. Past the rate the chat opens as before.
     if limit_hit(scope="recall_warm", ident=f"user:{session.owner_id}") is not None:
         return False
     job = warm_submit(
-        ("recall-window", session.pk),
+        key,
         recall_window_warm,
         session_id=session.pk,
         owner_id=session.owner_id,
     )
     return job is not None
+
+
+def recall_warm_forget() -> None:
+    """Forget the sessions found with nothing to read (tests: SQLite gives a rolled-back test's
+    ids to the next test again)."""
+    with _nothing_lock:
+        _nothing.clear()
 
 
 def recall_window_warm(*, session_id: int, owner_id: int) -> bool:
@@ -85,6 +118,11 @@ def recall_window_warm(*, session_id: int, owner_id: int) -> bool:
     state = context_state_read(session=session)
     below_id = archive_bound_find(state=state)
     if below_id is None or state.cfg.strategy != "cadau":  # the seed's loop recalls nothing
+        with _nothing_lock:
+            _nothing[session.pk] = _state(session)
+            _nothing.move_to_end(session.pk)
+            while len(_nothing) > NOTHING_KEPT_MAX:
+                _nothing.popitem(last=False)
         return False
     archive_window_read(
         owner_id=owner_id,

@@ -5,10 +5,13 @@ read for an outsider, a short chat, or with recall off."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import pytest
 from django.test import Client
 
+from chat import workers
+from chat.context.compose import RECALL_HEADING
 from chat.models import ChatMessage, ChatSession
 from chat.search import archive_window, recall_warm
 from chat.search.archive_window import archive_window_ready
@@ -40,7 +43,10 @@ def _long_unsummarised(owner) -> ChatSession:
 
 def _kept(session: ChatSession) -> bool:
     return archive_window_ready(
-        owner_id=session.owner_id, session_id=session.pk, version=session.messages_version
+        owner_id=session.owner_id,
+        session_id=session.pk,
+        version=session.messages_version,
+        below_id=session.verbatim_since_message_id,
     )
 
 
@@ -88,6 +94,9 @@ def test_a_chat_opened_has_its_window_read_before_the_send(
     assert archive_window._windows[(owner.pk, session.pk)].word_rows is not None
     fake_llm.script("Sure.")
     send(api, session, "what was question 3 about?")
+    # It recalled from that window (the archive's turn 3 is in no verbatim tail here).
+    sent = fake_llm.calls[-1].raw_body.decode()
+    assert RECALL_HEADING in sent and "question 3 question 3" in sent
     # The send found it kept: at most the rows its bound moved past (the new message moves a
     # never-compacted chat's tail), never a whole window again.
     assert None not in window_reads[1:]
@@ -180,3 +189,67 @@ def test_the_job_reads_only_its_owners_session(owner, outsider, settings, tmp_pa
     make_conversation(short, turns=3)
     assert recall_window_warm(session_id=short.pk, owner_id=owner.pk) is False
     assert not _kept(short)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chat_found_with_nothing_to_read_is_not_read_again_until_it_changes(
+    api, owner, settings, tmp_path
+):
+    settings.CHAT_CONTEXT_RECALL = True
+    settings.RUNTIME_DIR = tmp_path
+    session: ChatSession = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=WARM_MIN_MESSAGES)  # 200 short messages: all fit
+    session.refresh_from_db()
+    assert recall_warm.recall_window_warm_start(session=session)
+    background_wait()
+    assert not _kept(session)
+    # Opened again as it was: nothing to do, no job, no rate spent.
+    assert recall_warm.recall_window_warm_start(session=session) is False
+    make_conversation(session, turns=1)
+    session.refresh_from_db()
+    assert recall_warm.recall_window_warm_start(session=session) is True
+    background_wait()
+
+
+def test_a_compaction_since_the_window_was_read_makes_it_read_again(
+    owner, settings, tmp_path, submitted
+):
+    recall_settings(settings, tmp_path)
+    session = _summarised(owner)
+    assert recall_window_warm(session_id=session.pk, owner_id=owner.pk)
+    assert recall_warm.recall_window_warm_start(session=session) is False
+    # The anchor moves past the window's bound: the next send's bound moves with it.
+    later = ChatMessage.objects.filter(session=session).order_by("-id")[10]
+    ChatSession.objects.filter(pk=session.pk).update(verbatim_since_message_id=later.pk)
+    session.refresh_from_db()
+    assert recall_warm.recall_window_warm_start(session=session) is True
+    assert [c["session_id"] for c in submitted] == [session.pk]
+
+
+def test_the_seeds_strategy_starts_nothing(owner, settings, tmp_path, submitted):
+    recall_settings(settings, tmp_path)
+    settings.CHAT_CONTEXT = dataclasses.replace(settings.CHAT_CONTEXT, strategy="seed")
+    session = _summarised(owner)
+    assert recall_warm.recall_window_warm_start(session=session) is False
+    assert submitted == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_under_way_is_neither_queued_again_nor_counted_again(api, owner, settings, tmp_path):
+    recall_settings(settings, tmp_path)
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "recall_warm": "2/min"}
+    first, second = _summarised(owner), _summarised(owner)
+    release = threading.Event()
+    workers.warm_submit("blocker", release.wait, timeout=5)  # the warming thread is busy
+    try:
+        for _ in range(3):
+            r = api.get("/api/v1/chat/history", {"session_id": first.pk})
+            assert r.status_code == 200
+        assert workers.warm_waiting(("recall-window", first.pk))
+    finally:
+        release.set()
+    background_wait()
+    # One unit spent on the first chat's three opens: the second chat still gets its own.
+    assert api.get("/api/v1/chat/history", {"session_id": second.pk}).status_code == 200
+    background_wait()
+    assert _kept(first) and _kept(second)

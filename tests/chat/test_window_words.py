@@ -156,7 +156,12 @@ def test_a_window_near_its_bound_is_kept_without_a_list_and_the_cache_stays_boun
     monkeypatch.setattr(archive_window, "ENTRY_RUNES_MAX", window.runes + 10)
     assert not archive_window_words_build(owner_id=owner.pk, session_id=big.pk)
     kept = archive_window._windows[(owner.pk, big.pk)]
-    assert kept is window and kept.word_rows is None  # still kept
+    # Still kept, its rows first, and not built again to be thrown away.
+    assert kept.rows is window.rows and kept.word_rows is None and kept.words_tried
+    assert not archive_window_words_build(owner_id=owner.pk, session_id=big.pk)
+    assert archive_window.archive_window_ready(
+        owner_id=owner.pk, session_id=big.pk, version=big.messages_version, below_id=None
+    )
     # A list added to the cache may push out the least recently used window.
     monkeypatch.setattr(archive_window, "ENTRY_RUNES_MAX", 10**9)
     small = ChatSessionFactory.create(owner=owner)

@@ -157,7 +157,10 @@ async def test_a_socket_opened_on_a_long_chat_has_its_recall_window_read(
     ws = await _open(session.pk, owner_cookie)
     await database_sync_to_async(background_wait)()
     assert archive_window_ready(
-        owner_id=owner.pk, session_id=session.pk, version=session.messages_version
+        owner_id=owner.pk,
+        session_id=session.pk,
+        version=session.messages_version,
+        below_id=session.verbatim_since_message_id,
     )
     await ws.disconnect()
 
