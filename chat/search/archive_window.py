@@ -203,10 +203,7 @@ def _window(
 ) -> ArchiveWindow:
     runes = sum(len(r.content) + len(r.folded) for r in rows)
     if word_rows is not None:
-        if runes + word_rows.runes > ENTRY_RUNES_MAX:
-            word_rows, words_tried = None, True  # the rows first: kept without their list
-        else:
-            runes += word_rows.runes
+        word_rows, words_tried, runes = _list_beside(runes, word_rows)
     by_id = {r.id: r for r in rows}
     lengths = {r.id: len(r.folded) for r in rows}
     return ArchiveWindow(
@@ -364,18 +361,23 @@ def archive_window_words_build(*, owner_id: int, session_id: int) -> bool:
         kept = _windows.get(key)
     if kept is None or kept.word_rows is not None or kept.words_tried:
         return False
-    word_rows = window_words_build(rows=kept.rows)
-    if kept.runes + word_rows.runes > ENTRY_RUNES_MAX:
-        # Kept without a list, not dropped: its rows come first (a chat of long replies, or
-        # 330k characters of varied prose with 42k distinct words, whose list would be ~2M).
-        listed = dataclasses.replace(kept, words_tried=True)
-    else:
-        listed = dataclasses.replace(kept, word_rows=word_rows, runes=kept.runes + word_rows.runes)
+    word_rows, tried, runes = _list_beside(kept.runes, window_words_build(rows=kept.rows))
+    listed = dataclasses.replace(kept, word_rows=word_rows, words_tried=tried, runes=runes)
     with _lock:
         if _windows.get(key) is not kept:
             return False
         _keep_locked(key, listed)
     return listed.word_rows is not None
+
+
+def _list_beside(runes: int, word_rows: WindowWords) -> tuple[WindowWords | None, bool, int]:
+    """The list a window of `runes` keeps beside its rows, whether one was tried and left out,
+    and the window's runes with it. The rows come first: a list past the entry's bound is left
+    out (a chat of long replies, or 330k characters of varied prose with 42k distinct words,
+    whose list would be ~2M), and marked tried, not built again to be thrown away."""
+    if runes + word_rows.runes > ENTRY_RUNES_MAX:
+        return None, True, runes
+    return word_rows, False, runes + word_rows.runes
 
 
 def archive_window_ready(
