@@ -17,6 +17,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from cadau.tokens import ExpiringTokenAuthentication
 from tests.factories import UserFactory
 from tests.test_https import _child_env
 
@@ -221,6 +222,20 @@ def test_inactive_users_token_is_refused(owner):
     token = _login()
     get_user_model().objects.filter(pk=owner.pk).update(is_active=False)
     _error(_with(token).get(SESSIONS), 401, "token_invalid")
+
+
+def test_a_key_is_read_with_its_user_in_one_statement(owner, django_assert_num_queries):
+    """The lookup is SQL of its own (cadau/tokens.py): what it gives is what the ORM reads."""
+    key = _login()
+    stored = Token.objects.select_related("user").get(key=key)
+    with django_assert_num_queries(1):
+        user, token = ExpiringTokenAuthentication().authenticate_credentials(key)
+    assert (token.key, token.user_id, token.created) == (key, owner.pk, stored.created)
+    assert token.created.tzinfo is not None
+    fields = [f.attname for f in get_user_model()._meta.concrete_fields]
+    assert [getattr(user, f) for f in fields] == [getattr(stored.user, f) for f in fields]
+    assert not hasattr(user, "cadau_token_created")
+    assert token.user is user
 
 
 @pytest.mark.parametrize("value", ["-1", "soon", "1.5"])

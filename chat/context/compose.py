@@ -106,10 +106,14 @@ def recall_piece_runes(m: Recalled, *, first: bool) -> int:
 
 
 def _body_runes(m: Recalled) -> int:
-    """`m`'s quoted text as rendered: every line behind QUOTE, the first after "role: ",
-    joined by single line feeds."""
-    lines = m.content.splitlines() or [""]
-    return sum(map(len, lines)) + len(lines) * (len(QUOTE) + 1) - 1 + len(m.role) + 2
+    return recall_body_runes(m.role, m.content)
+
+
+def recall_body_runes(role: str, content: str) -> int:
+    """A piece's quoted text as rendered: every line of `content` behind QUOTE, the first after
+    "role: ", joined by single line feeds."""
+    lines = content.splitlines() or [""]
+    return sum(map(len, lines)) + len(lines) * (len(QUOTE) + 1) - 1 + len(role) + 2
 
 
 def _piece_runes(m: Recalled, *, first: bool, body: int) -> int:
@@ -123,14 +127,12 @@ def _header_runes(m: Recalled) -> int:
     return _HEADER_RUNES if m.created_at is not None else _HEADER_UNKNOWN_RUNES
 
 
-# The most recall_run_saving can be (a dated header).
-RECALL_RUN_SAVING_MAX = _HEADER_RUNES + 1 + len(SEPARATOR) - 1
-
-
-def recall_run_saving(m: Recalled) -> int:
-    """What `m` adds less to the rendering when it continues a run than when it opens one (after
-    some other piece): its header and the header's line feed, and one of the blank line's two."""
-    return _header_runes(m) + 1 + len(SEPARATOR) - 1
+# What a dated piece adds to the rendering besides its body when it opens a run after some
+# other piece (the separator, its header and the header's line feed), and what it adds less
+# when it continues a run instead: the header, its line feed and one of the blank line's
+# two. recall_auto's `_fit` prices its candidates (all dated) with these, counted once.
+RECALL_OPENING_RUNES = len(SEPARATOR) + _HEADER_RUNES + 1
+RECALL_RUN_SAVING = _HEADER_RUNES + 1 + len(SEPARATOR) - 1
 
 
 def recall_render_runes(recalled: Sequence[Recalled]) -> int:

@@ -42,13 +42,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from chat.context.compose import (
-    RECALL_RUN_SAVING_MAX,
+    RECALL_OPENING_RUNES,
+    RECALL_RUN_SAVING,
     SEPARATOR,
     RecallAsk,
     Recalled,
-    recall_piece_runes,
+    recall_body_runes,
     recall_render_runes,
-    recall_run_saving,
 )
 from chat.errors import SearchTimeout
 from chat.models import EXCLUDED_FROM_MODEL, MessageRole
@@ -367,32 +367,31 @@ def _fit(
         candidates[n] = max(scores.get(n, 0.0), share)
     order = RecallOrder(sequence, near, position=position)
     chosen: dict[int, Recalled] = {}
-    # Every piece is charged as if it opened a run (header and separator); the first piece
-    # rendered has no separator before it.
+    # Every piece is charged as if it opened a run (a dated header and the separator: every
+    # row has its created_at); the first piece rendered has no separator before it.
     left = ask.room + len(SEPARATOR)
     for mid, _ in sorted(candidates.items(), key=_by_score, reverse=True):
-        if mid not in by_id or not by_id[mid][3]:
+        found = by_id.get(mid)
+        if found is None or not found[3]:
             continue
-        _, role, stamp, content = by_id[mid]
-        if min(len(content), EXCERPT_RUNES) > left + 2 * RECALL_RUN_SAVING_MAX:
+        _, role, stamp, content = found
+        if min(len(content), EXCERPT_RUNES) > left + 2 * RECALL_RUN_SAVING:
             # Its quote costs more than its text less two headers it could save: no need to
             # cut and price it (most candidates, once the room is nearly full).
             continue
         text = cut_around(content, around=matched_by.get(mid, ""), runes=EXCERPT_RUNES)
-        when = window.created_at(mid, stamp) if window is not None else stamp_datetime(stamp)
-        piece = Recalled(id=mid, role=role, created_at=when, content=text)
         # Charged what it adds to the rendering: within a run of recalled neighbours a piece
         # has no header, and the run's next piece loses its own. Charging every piece a header
         # left a tenth of the room unused once the hits' neighbours came along.
-        cost = recall_piece_runes(piece, first=False)
+        cost = recall_body_runes(role, text) + RECALL_OPENING_RUNES
         if order.before(mid) in chosen:
-            cost -= recall_run_saving(piece)
-        following = chosen.get(order.after(mid) or -1)
-        if following is not None:
-            cost -= recall_run_saving(following)
+            cost -= RECALL_RUN_SAVING
+        if order.after(mid) in chosen:
+            cost -= RECALL_RUN_SAVING
         if cost > left:
             continue
-        chosen[mid] = piece
+        when = window.created_at(mid, stamp) if window is not None else stamp_datetime(stamp)
+        chosen[mid] = Recalled(mid, role, when, text)
         left -= cost
     ordered = sorted(chosen.values(), key=lambda m: m.id)
     return recall_runs(ordered, adjacent=order.adjacent)

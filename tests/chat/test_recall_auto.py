@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 from chat.context import context_payload_build, context_state_fresh
 from chat.context.compose import (
     RECALL_HEADING,
+    RECALL_OPENING_RUNES,
+    RECALL_RUN_SAVING,
     Recalled,
+    recall_body_runes,
     recall_piece_runes,
     recall_render,
     recall_render_runes,
-    recall_run_saving,
 )
 from chat.errors import SearchTimeout
 from chat.models import ChatMessage, ChatSession, MessageRole
@@ -188,14 +190,16 @@ def test_the_counted_rendering_is_the_rendering():
             for i in range(rng.randint(1, 5))
         ]
         assert recall_render_runes(items) == len(recall_render(items)), items
-        # What _fit refunds when a piece joins a run.
+        # What _fit charges a (dated) piece opening a run, and refunds when it joins one.
         for m in items:
+            if m.created_at is None:
+                continue
             opening = Recalled(m.id, m.role, m.created_at, m.content, follows=False)
             within = Recalled(m.id, m.role, m.created_at, m.content, follows=True)
-            saving = recall_piece_runes(opening, first=False) - recall_piece_runes(
-                within, first=False
-            )
-            assert saving == recall_run_saving(m), m
+            charged = recall_body_runes(m.role, m.content) + RECALL_OPENING_RUNES
+            assert recall_piece_runes(opening, first=False) == charged, m
+            saving = charged - recall_piece_runes(within, first=False)
+            assert saving == RECALL_RUN_SAVING, m
 
 
 def test_a_rare_term_older_than_the_window_is_found_through_the_index(owner, monkeypatch):
