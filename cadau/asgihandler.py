@@ -15,6 +15,7 @@ on the loop returns a DeferredResponse (cadau/deferred.py), resolved here after 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,7 +32,13 @@ from django.http.response import HttpResponseBase
 from django.urls import get_resolver
 from django.utils.log import log_response
 
-from cadau.deferred import RESOLVED_ON_LOOP, DeferredResponse, deferred_resolve, headers_carry
+from cadau.deferred import (
+    RESOLVED_ON_LOOP,
+    SERVING_LOOP,
+    DeferredResponse,
+    deferred_resolve,
+    headers_carry,
+)
 
 # Set in a request's scope by ASGIHandler.__call__ when the view it resolves to is sync.
 _SYNC_VIEW = "cadau.sync_view"
@@ -80,6 +87,7 @@ class ASGIHandler(DjangoASGIHandler):
         if not getattr(request, "scope", {}).get(_SYNC_VIEW):
             return await super().get_response_async(request)
         request.META[RESOLVED_ON_LOOP] = True
+        request.META[SERVING_LOOP] = asyncio.get_running_loop()
         response: HttpResponseBase = await self._serve(request)
         if not isinstance(response, DeferredResponse):
             return response

@@ -14,6 +14,7 @@ MIDDLEWARE so it sees the placeholder after every other middleware has.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 from asgiref.sync import async_to_sync
@@ -25,6 +26,8 @@ from cadau.middleware import BothModesMiddleware
 
 #: Set on a request by a handler that resolves deferred responses itself, on its loop.
 RESOLVED_ON_LOOP = "cadau.deferred_resolved_on_loop"
+#: Set on a request by that handler too: the loop it will send the response from.
+SERVING_LOOP = "cadau.serving_loop"
 # Describe the placeholder's own (empty) body, not the one sent.
 _NOT_CARRIED = {
     "content-type",
@@ -34,6 +37,14 @@ _NOT_CARRIED = {
     "etag",
     "last-modified",
 }
+
+
+def serving_loop(request: HttpRequest) -> asyncio.AbstractEventLoop | None:
+    """The event loop that will send `request`'s response, for a sync view to start work
+    there at once (with `call_soon_threadsafe`); None under a handler that sets none (the
+    test client, a sync server)."""
+    loop = request.META.get(SERVING_LOOP)
+    return loop if isinstance(loop, asyncio.AbstractEventLoop) else None
 
 
 class DeferredResponse(HttpResponse):

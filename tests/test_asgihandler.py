@@ -4,6 +4,8 @@ middleware's headers and cookies carried over. Through the ASGI application, as 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 from typing import Any
 
@@ -19,6 +21,7 @@ from cadau.asgihandler import ASGIHandler
 from cadau.contextconfig import ContextConfig
 from cadau.deferred import DeferredResponse, deferred_resolve
 from cadau.tokens import token_issue
+from chat.api import send as send_view
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from tests.factories import ChatSessionFactory, make_conversation
 from tests.fixtures_llm import summary_of
@@ -251,6 +254,73 @@ async def test_a_streamed_send_is_its_events(owner, fake_llm):
         lambda: list(ChatMessage.objects.order_by("id").values_list("status", flat=True))
     )()
     assert statuses == [MessageStatus.COMPLETE, MessageStatus.COMPLETE]
+
+
+async def test_a_streamed_reply_starts_from_the_views_thread(owner, fake_llm, monkeypatch):
+    """The reply starts as the view returns, not when the response's body is first read: a
+    client gone while the view ran still gets its reply stored whole (Django then cancels the
+    response, whose body is never read: the reply would not have started at all)."""
+    token, session_id = await _token_and_session(owner)
+    gone = threading.Event()
+    # The view's response is made only once the client is gone.
+    event_stream = send_view._event_stream
+
+    def after_the_client_left(request: Any, run: Any) -> Any:
+        assert gone.wait(5)
+        return event_stream(request, run)
+
+    monkeypatch.setattr(send_view, "_event_stream", after_the_client_left)
+    body = json.dumps({"session_id": session_id, "content": "hello"}).encode()
+    headers = {
+        "Authorization": f"Token {token}",
+        "Accept": "text/event-stream",
+        "Content-Type": "application/json",
+        "Content-Length": str(len(body)),
+    }
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/v1/chat/send",
+        "raw_path": b"/api/v1/chat/send",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"localhost"),
+            *((k.lower().encode(), v.encode()) for k, v in headers.items()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("localhost", 80),
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    def stored() -> list[str]:
+        return list(ChatMessage.objects.order_by("id").values_list("status", flat=True))
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        while not await sync_to_async(stored)():  # the view is under way
+            await asyncio.sleep(0.01)
+        gone.set()
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await application(scope, receive, send)
+    assert not [m for m in sent if m["type"] == "http.response.body" and m.get("body")]
+    for _ in range(100):
+        if await sync_to_async(stored)() == [MessageStatus.COMPLETE] * 2:
+            break
+        await asyncio.sleep(0.05)
+    assert await sync_to_async(stored)() == [MessageStatus.COMPLETE] * 2
+    reply = await sync_to_async(ChatMessage.objects.order_by("id").last)()
+    assert reply is not None and reply.content
 
 
 async def test_a_deferred_error_is_the_views_json_error(owner, fake_llm, settings, caplog):

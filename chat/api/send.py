@@ -23,7 +23,7 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from cadau.deferred import DeferredResponse
+from cadau.deferred import DeferredResponse, serving_loop
 from chat.api.errors import UNAVAILABLE_ERRORS, exception_handler
 from chat.api.fields import StrictCharField, id_field
 from chat.api.throttles import per_user
@@ -192,6 +192,9 @@ def _render(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponse
 
         return _defer(request, after_queue)
     if stream:
+        loop = serving_loop(request)
+        if loop is not None:
+            run.start_soon(loop)
         return _event_stream(request, run)
     return _defer(request, lambda: _json_result(run))
 

@@ -371,10 +371,10 @@ def _fit(
     # row has its created_at); the first piece rendered has no separator before it.
     left = ask.room + len(SEPARATOR)
     for mid, _ in sorted(candidates.items(), key=_by_score, reverse=True):
-        found = by_id.get(mid)
-        if found is None or not found[3]:
+        row = by_id.get(mid)
+        if row is None or not row[3]:
             continue
-        _, role, stamp, content = found
+        _, role, stamp, content = row
         if min(len(content), EXCERPT_RUNES) > left + 2 * RECALL_RUN_SAVING:
             # Its quote costs more than its text less two headers it could save: no need to
             # cut and price it (most candidates, once the room is nearly full).

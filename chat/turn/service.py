@@ -68,6 +68,8 @@ class TurnRun:
     # A repeat whose reply still streams: (its first row's id, characters already in `own`).
     follows: tuple[int, int] | None = None
     _task: asyncio.Task[ReplyResult] | None = None
+    # The reply's events for the one caller that streams them (_reply_events), from its start.
+    _stream: asyncio.Queue[Event] | None = None
 
     @property
     def queued(self) -> bool:
@@ -111,6 +113,27 @@ class TurnRun:
             return self._task
         self._task = reply_spawn(turn=self.turn, emit=emit)
         return self._task
+
+    def start_soon(self, loop: asyncio.AbstractEventLoop) -> None:
+        """From the thread that stored a new turn: its reply starts on `loop` now, its events
+        kept for `events()`, as the WebSocket starts its reply, whatever becomes of the HTTP
+        response. Started when the response's body is first read, a reply whose client left
+        while the view ran never started: the body is never read then, and its empty
+        `streaming` row kept the session busy until it counted as orphaned (its process's
+        lease lapsed, or STALE_STREAMING_SECONDS while the process generated others). (Its
+        model is called ~0.7 ms sooner after the payload is built; the first token reaches
+        the client no sooner, the response's start now running beside it: bench ttft.)"""
+        if self.turn is None or not self.turn.created:
+            return
+        queue = self._stream_queue()
+        loop.call_soon_threadsafe(lambda: self.start(emit=queue.put_nowait))
+
+    def _stream_queue(self) -> asyncio.Queue[Event]:
+        # Made on whichever thread asks first; used only on the loop (Python binds an asyncio
+        # queue to a loop at its first wait, not when it is made).
+        if self._stream is None:
+            self._stream = asyncio.Queue()
+        return self._stream
 
     async def events(self) -> AsyncIterator[Event]:
         """Everything a caller outside the session's sockets sees, ending with `done` (final
@@ -295,7 +318,8 @@ async def _reply_events(run: TurnRun) -> AsyncIterator[Event]:
     """The events of a new turn's reply as it is generated, ending with `done`, for one
     subscriber (a server-sent-events response). If the subscriber goes away, the reply goes
     on and is stored."""
-    queue: asyncio.Queue[Event] = asyncio.Queue()
+    queue = run._stream_queue()
+    # Started already by start_soon (the same queue), or now.
     task = run.start(emit=queue.put_nowait)
     assert task is not None
     while True:
