@@ -179,9 +179,9 @@ def _defer(
 
 
 def _render(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponseBase:
-    """The response to a run: its events as server-sent events (the reply starts when the
-    server first reads the body, right after this thread returns), or its whole result as
-    JSON, awaited off the thread. A queued send waits for its turn first; a refusal then is
+    """The response to a run: its events as server-sent events (the reply starts on the loop
+    as this thread returns, whatever becomes of the response: TurnRun.start_soon), or its
+    whole result as JSON, awaited off the thread. A queued send waits for its turn first; a refusal then is
     the same JSON error as one raised at once."""
     _connection_handed_back()
     if run.queued:
