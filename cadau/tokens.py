@@ -101,15 +101,18 @@ class ExpiringTokenAuthentication(TokenAuthentication):
 
 def _token_with_user(*, key: str) -> Token | None:
     """The key's Token with its user, in one statement whose SQL is written once: the ORM
-    compiled `select_related("user").get(key=...)` again on every API request, ~0.25 ms of
-    a REST send's way to its first token (docs/benchmarks.md)."""
+    compiled `select_related("user").get(key=...)` again on every API request, ~0.27 ms of
+    a REST send's way to its first token, ~0.10 now (docs/benchmarks.md)."""
     db = router.db_for_read(Token)
     connection = connections[db]
-    user = next(iter(get_user_model().objects.db_manager(db).raw(_token_sql(db), [key])), None)
+    user = next(
+        iter(get_user_model()._default_manager.db_manager(db).raw(_token_sql(db), [key])), None
+    )
     if user is None:
         return None
     # A column beside the model's comes back as the database gave it (SQLite: text): the
-    # field's own converters, as the ORM would apply them.
+    # field's own converters, as the ORM's compiler applies them (Col and get_db_converters
+    # are Django internals: tests/test_tokens.py holds the result to the ORM's read).
     value = getattr(user, _CREATED_AS)
     col = Col(Token._meta.db_table, Token._meta.get_field("created"))
     for convert in [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)]:

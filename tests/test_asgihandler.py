@@ -256,24 +256,27 @@ async def test_a_streamed_send_is_its_events(owner, fake_llm):
     assert statuses == [MessageStatus.COMPLETE, MessageStatus.COMPLETE]
 
 
-async def test_a_streamed_reply_starts_from_the_views_thread(owner, fake_llm, monkeypatch):
-    """The reply starts as the view returns, not when the response's body is first read: a
-    client gone while the view ran still gets its reply stored whole (Django then cancels the
-    response, whose body is never read: the reply would not have started at all)."""
+@pytest.mark.parametrize(
+    ("accept", "made_by"), [("text/event-stream", "_event_stream"), ("application/json", "_defer")]
+)
+async def test_a_reply_starts_from_the_views_thread(owner, fake_llm, monkeypatch, accept, made_by):
+    """The reply starts as the view returns, not when the response is first read (its body,
+    or the JSON caller's wait): a client gone while the view ran still gets its reply stored
+    whole (Django then cancels the response unread: the reply would not have started)."""
     token, session_id = await _token_and_session(owner)
     gone = threading.Event()
     # The view's response is made only once the client is gone.
-    event_stream = send_view._event_stream
+    make = getattr(send_view, made_by)
 
-    def after_the_client_left(request: Any, run: Any) -> Any:
+    def after_the_client_left(*args: Any) -> Any:
         assert gone.wait(5)
-        return event_stream(request, run)
+        return make(*args)
 
-    monkeypatch.setattr(send_view, "_event_stream", after_the_client_left)
+    monkeypatch.setattr(send_view, made_by, after_the_client_left)
     body = json.dumps({"session_id": session_id, "content": "hello"}).encode()
     headers = {
         "Authorization": f"Token {token}",
-        "Accept": "text/event-stream",
+        "Accept": accept,
         "Content-Type": "application/json",
         "Content-Length": str(len(body)),
     }

@@ -179,22 +179,23 @@ def _defer(
 
 
 def _render(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponseBase:
-    """The response to a run: its events as server-sent events (the reply starts on the loop
-    as this thread returns, whatever becomes of the response: TurnRun.start_soon), or its
-    whole result as JSON, awaited off the thread. A queued send waits for its turn first; a refusal then is
-    the same JSON error as one raised at once."""
+    """The response to a run: its events as server-sent events, or its whole result as JSON,
+    awaited off the thread. The reply starts on the loop as soon as its turn is stored,
+    whatever becomes of the response (TurnRun.start_soon). A queued send waits for its turn
+    first; a refusal then is the same JSON error as one raised at once."""
     _connection_handed_back()
     if run.queued:
 
         async def after_queue() -> HttpResponseBase:
             await run.ready()
+            run.start(stream=stream)
             return _event_stream(request, run) if stream else await _json_result(run)
 
         return _defer(request, after_queue)
+    loop = serving_loop(request)
+    if loop is not None:
+        run.start_soon(loop, stream=stream)
     if stream:
-        loop = serving_loop(request)
-        if loop is not None:
-            run.start_soon(loop)
         return _event_stream(request, run)
     return _defer(request, lambda: _json_result(run))
 

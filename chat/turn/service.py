@@ -15,6 +15,7 @@ translate.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -103,30 +104,36 @@ class TurnRun:
         self.send, self.turn = None, other.turn
         self.own, self.announced, self.follows = other.own, other.announced, other.follows
 
-    def start(self, *, emit: Emit | None = None) -> asyncio.Task[ReplyResult] | None:
+    def start(self, *, stream: bool = False) -> asyncio.Task[ReplyResult] | None:
         """Generate a new turn's reply in a task of its own, which outlives the caller (a
-        dropped socket, a gone HTTP client); the session's sockets get its events, `emit` too.
-        A repeat starts nothing: its first send's reply runs, or ran, already."""
+        dropped socket, a gone HTTP client); the session's sockets get its events. `stream`:
+        they are kept for `events()` too (a server-sent-events response). A repeat starts
+        nothing: its first send's reply runs, or ran, already. On the event loop."""
         if self.turn is None:
             raise RuntimeError("a queued send is started once it is ready()")
         if not self.turn.created or self._task is not None:
             return self._task
+        emit = self._stream_queue().put_nowait if stream else None
         self._task = reply_spawn(turn=self.turn, emit=emit)
         return self._task
 
-    def start_soon(self, loop: asyncio.AbstractEventLoop) -> None:
-        """From the thread that stored a new turn: its reply starts on `loop` now, its events
-        kept for `events()`, as the WebSocket starts its reply, whatever becomes of the HTTP
-        response. Started when the response's body is first read, a reply whose client left
-        while the view ran never started: the body is never read then, and its empty
+    def start_soon(self, loop: asyncio.AbstractEventLoop, *, stream: bool) -> None:
+        """`start` on `loop`, from the thread that stored a new turn: the reply starts
+        whatever becomes of the HTTP response, as a WebSocket's does. Started when the
+        response was first read (its body, or a JSON caller's wait), a reply whose client left
+        while the view ran never started (Django cancels the response unread), and its empty
         `streaming` row kept the session busy until it counted as orphaned (its process's
         lease lapsed, or STALE_STREAMING_SECONDS while the process generated others). (Its
-        model is called ~0.7 ms sooner after the payload is built; the first token reaches
+        model is called ~0.5 ms sooner after the payload is built; the first token reaches
         the client no sooner, the response's start now running beside it: bench ttft.)"""
         if self.turn is None or not self.turn.created:
             return
-        queue = self._stream_queue()
-        loop.call_soon_threadsafe(lambda: self.start(emit=queue.put_nowait))
+        if stream:
+            self._stream_queue()  # made here, before any event can come
+        try:
+            loop.call_soon_threadsafe(functools.partial(self.start, stream=stream))
+        except RuntimeError:  # the loop has closed (the server stops): nothing will read it
+            logger.info("chat_reply_not_started session=%s loop_closed", self._session_id)
 
     def _stream_queue(self) -> asyncio.Queue[Event]:
         # Made on whichever thread asks first; used only on the loop (Python binds an asyncio
@@ -318,9 +325,9 @@ async def _reply_events(run: TurnRun) -> AsyncIterator[Event]:
     """The events of a new turn's reply as it is generated, ending with `done`, for one
     subscriber (a server-sent-events response). If the subscriber goes away, the reply goes
     on and is stored."""
+    # Started already by start_soon (its events in the same queue), or now.
+    task = run.start(stream=True)
     queue = run._stream_queue()
-    # Started already by start_soon (the same queue), or now.
-    task = run.start(emit=queue.put_nowait)
     assert task is not None
     while True:
         getter = asyncio.ensure_future(queue.get())
