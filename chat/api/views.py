@@ -25,12 +25,12 @@ from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
 from chat.api.throttles import LOGIN_THROTTLES, per_user
 from chat.rendering import render_markdown
-from chat.search.recall_warm import recall_window_warm_start
 from chat.selectors import (
     history_page,
     session_budget,
     session_for_user,
     session_list,
+    session_opened_for_user,
     session_snapshots,
     session_snapshots_page,
     session_summary_heading,
@@ -135,10 +135,10 @@ class HistoryView(APIView):
     )
     def get(self, request: Request) -> Response:
         query = valid(s.HistoryQuerySerializer, request.query_params)
-        session = session_for_user(user=request.user, session_id=query["session_id"])
-        if not any(query.get(k) is not None for k in ("before", "cursor", "after", "around")):
-            # The newest page: the chat was just opened, a send is likely to follow.
-            recall_window_warm_start(session=session)
+        # The newest page: the chat was just opened, a send is likely to follow.
+        newest = not any(query.get(k) is not None for k in ("before", "cursor", "after", "around"))
+        opened = session_opened_for_user if newest else session_for_user
+        session = opened(user=request.user, session_id=query["session_id"])
         with cursor_errors():
             page = history_page(
                 session=session,

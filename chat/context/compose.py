@@ -102,11 +102,7 @@ def recall_piece_runes(m: Recalled, *, first: bool) -> int:
     """What `m` adds to `recall_render`'s output: its piece and the separator before it.
     Counted, not rendered: recall prices hundreds of candidates before every first token
     (tests/chat/test_recall_auto.py checks it against the rendering)."""
-    return _piece_runes(m, first=first, body=_body_runes(m))
-
-
-def _body_runes(m: Recalled) -> int:
-    return recall_body_runes(m.role, m.content)
+    return _piece_runes(m, first=first, body=recall_body_runes(m.role, m.content))
 
 
 def recall_body_runes(role: str, content: str) -> int:
@@ -264,11 +260,13 @@ def _grow_core(
     first token)."""
     core = bisect_left(recalled, tail[start].id, key=_id)  # recalled[core:] is in the core
     # Each piece as rendered after another one; the first piece opens a run whatever it is.
-    after = [_piece_runes(m, first=False, body=_body_runes(m)) for m in recalled]
+    after = [
+        _piece_runes(m, first=False, body=recall_body_runes(m.role, m.content)) for m in recalled
+    ]
     summed = [0, *itertools.accumulate(after)]
 
     def opening(m: Recalled) -> int:
-        return _header_runes(m) + 1 + _body_runes(m)
+        return _header_runes(m) + 1 + recall_body_runes(m.role, m.content)
 
     def staying(low: int) -> int:
         """len(recall_render(_unfollow(recalled[:low] + recalled[core:])))."""
