@@ -23,6 +23,7 @@ from cadau.deferred import DeferredResponse, deferred_resolve
 from cadau.tokens import token_issue
 from chat.api import send as send_view
 from chat.models import ChatMessage, ChatSession, MessageStatus
+from chat.turn import service as turn_service
 from tests.factories import ChatSessionFactory, make_conversation
 from tests.fixtures_llm import summary_of
 
@@ -256,23 +257,8 @@ async def test_a_streamed_send_is_its_events(owner, fake_llm):
     assert statuses == [MessageStatus.COMPLETE, MessageStatus.COMPLETE]
 
 
-@pytest.mark.parametrize(
-    ("accept", "made_by"), [("text/event-stream", "_event_stream"), ("application/json", "_defer")]
-)
-async def test_a_reply_starts_from_the_views_thread(owner, fake_llm, monkeypatch, accept, made_by):
-    """The reply starts as the view returns, not when the response is first read (its body,
-    or the JSON caller's wait): a client gone while the view ran still gets its reply stored
-    whole (Django then cancels the response unread: the reply would not have started)."""
-    token, session_id = await _token_and_session(owner)
-    gone = threading.Event()
-    # The view's response is made only once the client is gone.
-    make = getattr(send_view, made_by)
-
-    def after_the_client_left(*args: Any) -> Any:
-        assert gone.wait(5)
-        return make(*args)
-
-    monkeypatch.setattr(send_view, made_by, after_the_client_left)
+def _send_scope(token: str, session_id: int, accept: str) -> tuple[dict[str, Any], bytes]:
+    """An HTTP scope and body for a send, to drive the application as Daphne does."""
     body = json.dumps({"session_id": session_id, "content": "hello"}).encode()
     headers = {
         "Authorization": f"Token {token}",
@@ -297,6 +283,27 @@ async def test_a_reply_starts_from_the_views_thread(owner, fake_llm, monkeypatch
         "client": ("127.0.0.1", 50000),
         "server": ("localhost", 80),
     }
+    return scope, body
+
+
+@pytest.mark.parametrize(
+    ("accept", "made_by"), [("text/event-stream", "_event_stream"), ("application/json", "_defer")]
+)
+async def test_a_reply_starts_from_the_views_thread(owner, fake_llm, monkeypatch, accept, made_by):
+    """The reply starts as the view returns, not when the response is first read (its body,
+    or the JSON caller's wait): a client gone while the view ran still gets its reply stored
+    whole (Django then cancels the response unread: the reply would not have started)."""
+    token, session_id = await _token_and_session(owner)
+    gone = threading.Event()
+    # The view's response is made only once the client is gone.
+    make = getattr(send_view, made_by)
+
+    def after_the_client_left(*args: Any) -> Any:
+        assert gone.wait(5)
+        return make(*args)
+
+    monkeypatch.setattr(send_view, made_by, after_the_client_left)
+    scope, body = _send_scope(token, session_id, accept)
     messages = [{"type": "http.request", "body": body, "more_body": False}]
 
     def stored() -> list[str]:
@@ -322,6 +329,60 @@ async def test_a_reply_starts_from_the_views_thread(owner, fake_llm, monkeypatch
             break
         await asyncio.sleep(0.05)
     assert await sync_to_async(stored)() == [MessageStatus.COMPLETE] * 2
+    reply = await sync_to_async(ChatMessage.objects.order_by("id").last)()
+    assert reply is not None and reply.content
+
+
+@pytest.mark.parametrize("accept", ["text/event-stream", "application/json"])
+async def test_a_queued_send_stored_as_its_client_left_gets_its_reply(
+    owner, fake_llm, monkeypatch, accept
+):
+    """A send queued behind a running reply, its client gone while its worker stored the turn
+    (Django cancels the request's task): the stored turn still gets its reply, not an empty
+    `streaming` row that keeps the session busy."""
+    token, session_id = await _token_and_session(owner)
+    running = await sync_to_async(ChatMessage.objects.create)(
+        session_id=session_id, role="assistant", content="", status=MessageStatus.STREAMING
+    )
+    store = turn_service._run_store
+    in_store, gone = threading.Event(), threading.Event()
+    tries: list[int] = []
+
+    def store_as_the_client_leaves(**kwargs: Any) -> Any:
+        tries.append(1)
+        if len(tries) == 1:  # the view's own try: the session is busy, nothing stored
+            return store(**kwargs)
+        ChatMessage.objects.filter(pk=running.pk).update(status=MessageStatus.COMPLETE)
+        stored = store(**kwargs)
+        in_store.set()
+        assert gone.wait(5)
+        return stored
+
+    monkeypatch.setattr(turn_service, "_run_store", store_as_the_client_leaves)
+    scope, body = _send_scope(token, session_id, accept)
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        while not in_store.is_set():
+            await asyncio.sleep(0.01)
+        # The worker returns only once Django has cancelled the request's task.
+        asyncio.get_running_loop().call_later(0.2, gone.set)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        pass
+
+    def statuses() -> list[str]:
+        return list(ChatMessage.objects.order_by("id").values_list("status", flat=True))
+
+    await application(scope, receive, send)
+    for _ in range(100):
+        if await sync_to_async(statuses)() == [MessageStatus.COMPLETE] * 3:
+            break
+        await asyncio.sleep(0.05)
+    assert await sync_to_async(statuses)() == [MessageStatus.COMPLETE] * 3
     reply = await sync_to_async(ChatMessage.objects.order_by("id").last)()
     assert reply is not None and reply.content
 

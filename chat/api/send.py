@@ -187,8 +187,7 @@ def _render(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponse
     if run.queued:
 
         async def after_queue() -> HttpResponseBase:
-            await run.ready()
-            run.start(stream=stream)
+            await run.ready(stream=stream)
             return _event_stream(request, run) if stream else await _json_result(run)
 
         return _defer(request, after_queue)

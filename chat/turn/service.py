@@ -4,7 +4,8 @@ came through. Each adapter gets a `TurnRun` and only renders it: REST JSON await
 client and calls `run.start()` (the session's sockets get the reply's events through its group).
 
     run = turn_send(...)                 # sync: rate, checks, store, prepare (one database trip)
-    await run.ready()                    # only when `run.queued`: wait for the running reply
+    await run.ready()                    # only when `run.queued`: wait for the running reply,
+                                         # then store the turn and start its reply
     run = turn_regenerate(...)           # or: the session's last reply, generated again
 
 Queueing, the idempotent repeat (also of a reply still streaming, in any process), generation
@@ -76,12 +77,14 @@ class TurnRun:
     def queued(self) -> bool:
         return self.turn is None
 
-    async def ready(self, *, abandoned: Callable[[], bool] | None = None) -> None:
+    async def ready(
+        self, *, stream: bool = False, abandoned: Callable[[], bool] | None = None
+    ) -> None:
         """Wait, without holding a thread, until the session's running reply ends, up to
-        CHAT_SEND_QUEUE_SECONDS (a queue of one), then store the turn; or raise
-        ReplyInProgress. `abandoned` is asked before each try and under the store's lock: when
-        it says so (the login of the socket that sent it ended meanwhile) the send is given
-        up, NotFound, nothing stored."""
+        CHAT_SEND_QUEUE_SECONDS (a queue of one), then store the turn and start its reply
+        (`start(stream=)`); or raise ReplyInProgress. `abandoned` is asked before each try and
+        under the store's lock: when it says so (the login of the socket that sent it ended
+        meanwhile) the send is given up, NotFound, nothing stored."""
         if self.send is None:
             return
         deadline = time.monotonic() + settings.CHAT_SEND_QUEUE_SECONDS
@@ -90,15 +93,29 @@ class TurnRun:
             if abandoned is not None and abandoned():
                 raise NotFound()
             # Checked again: memory may have changed, the session gone, while this send waited.
-            stored = await in_worker(_run_store)(send=self.send, abandoned=abandoned)
-            if stored is not None:
-                self._take(stored)
+            store = asyncio.ensure_future(
+                in_worker(_run_store)(send=self.send, abandoned=abandoned)
+            )
+            # A caller cancelled while its worker stores (an HTTP client that left) does not
+            # stop the store: the turn it stores still gets its reply, or its empty
+            # `streaming` row would keep the session busy until it counted as orphaned.
+            store.add_done_callback(functools.partial(self._stored, stream=stream))
+            await asyncio.shield(store)
+            if not self.queued:
                 return
             if time.monotonic() >= deadline:
                 raise ReplyInProgress(
                     "Another reply is still being generated in this session; try again when "
                     "it finishes, or cancel it."
                 )
+
+    def _stored(self, store: asyncio.Future[TurnRun | None], *, stream: bool) -> None:
+        if store.cancelled() or store.exception() is not None:
+            return
+        stored = store.result()
+        if stored is not None:
+            self._take(stored)
+            self.start(stream=stream)
 
     def _take(self, other: TurnRun) -> None:
         self.send, self.turn = None, other.turn
