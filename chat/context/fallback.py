@@ -181,9 +181,11 @@ def _select(candidates: list[_Item], *, room: int) -> list[_Item]:
 
 
 def summary_extractive(
-    *, previous: str, messages: Sequence[TranscriptMessage], max_runes: int
+    *, previous: str, messages: Sequence[TranscriptMessage], max_runes: int, beside: str = ""
 ) -> str:
-    """The fallback summary of `previous` plus `messages`, at most `max_runes` long."""
+    """The fallback summary of `previous` plus `messages`, at most `max_runes` long. `beside`:
+    a text shown with it (the model's summary a digest follows, chat/context/digest.py): a
+    sentence or an identifier it already says is left out."""
     max_runes = max(0, max_runes)
     all_headings = max_runes >= _ALL_HEADINGS_MIN_RUNES
     frame = len(_render([], [], all_headings=all_headings))
@@ -198,7 +200,10 @@ def summary_extractive(
     )
     candidates: list[_Item] = []
     seen: set[str] = set()
+    said = _key(beside)
     for item in [*carried, *fresh]:
+        if said and _key(item.text) in said:
+            continue
         if _key(item.text) not in seen:
             seen.add(_key(item.text))
             candidates.append(item)
@@ -208,7 +213,7 @@ def summary_extractive(
     chosen = _select(candidates, room=room - min(room // 4, len("; ".join(identifiers))))
     while True:
         body = _render(chosen, [], all_headings=all_headings)
-        shown = identifier_key(body)
+        shown = identifier_key(f"{body}\n{beside}")
         listed: list[str] = []
         keys: set[str] = set()
         for identifier in identifiers:

@@ -6,7 +6,8 @@ it) and pass the summary guard (chat/context/guard.py). A guard failure is retri
 the failure spelled out; an answer still unusable, or still over its cap, is replaced by the
 extractive fallback (chat/context/fallback.py). So a summary never makes things worse: a
 model that cannot summarise neither stalls compaction nor throws away its work, and never
-loses an identifier.
+loses an identifier. An accepted summary that leaves room under its cap is followed by the
+fallback's sentences in that room (chat/context/digest.py): a terse one drops no fact either.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cadau.contextconfig import ContextConfig
+from chat.context.digest import summary_split, summary_with_digest
 from chat.context.fallback import summary_extractive
 from chat.context.guard import (
     FALLBACK_MODEL,
@@ -88,6 +90,8 @@ def summary_merge(
     (the server failed: nothing was learned, the next compaction tries again)."""
     counter = counter if counter is not None else CallCounter()
     cap = cfg.summary_cap_runes
+    # The model merges into its own summary; the digest after it is Cadau's to carry.
+    previous, digest = summary_split(previous)
     user = _request(previous=previous, messages=messages, cap=cap, instructions=instructions)
     check = _Check(
         previous=previous,
@@ -113,11 +117,14 @@ def summary_merge(
             break
         text, problem = check.answer(result.text)
         if problem is None:
+            text = summary_with_digest(summary=text, digest=digest, messages=messages, cap=cap)
             return Merged(summary=text, model=result.model)
         logger.warning("chat_summary_guard attempt=%d problem=%s", attempt, problem)
         if check.shortened and len(text) > cap:
             break  # over its cap even when asked to shorten: a third call would be no better
-    fallback = summary_extractive(previous=previous, messages=messages, max_runes=cap)
+    fallback = summary_extractive(
+        previous=f"{previous}\n{digest}", messages=messages, max_runes=cap
+    )
     logger.warning("chat_summary_fallback runes=%d problem=%s", len(fallback), problem)
     return Merged(summary=fallback, model=FALLBACK_MODEL, problem=problem or "")
 
