@@ -454,7 +454,7 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
             # A repeat's report is this socket's alone; a new reply's events reach it through
             # the session's group, as they reach every socket of the session.
             events = run.own
-            run.start()
+            run.start()  # a send that queued was started when ready() stored it: a no-op
         for event in events:
             if self._open and not self._revoked:
                 await self.send_json(event)

@@ -25,13 +25,11 @@ import logging
 from collections.abc import Sequence
 
 from chat.context.fallback import summary_extractive
+from chat.context.heading import DIGEST_SEPARATOR
 from chat.context.summarise import TranscriptMessage
 
 logger = logging.getLogger("chat.context")
 
-#: Between the model's summary and the digest. Plain text, not a Markdown heading: the guard
-#: reads a summary's headings, and the payload's summary is quoted line by line anyway.
-DIGEST_SEPARATOR = "\n\n---\nKept word for word from the summarised turns:\n"
 #: Below this much room a digest is not written: it holds the five headings and a few facts
 #: (the fallback's own threshold for its empty headings).
 DIGEST_MIN_RUNES = 600
@@ -48,11 +46,14 @@ def summary_with_digest(
 ) -> str:
     """`summary` (the model's, accepted) and, in the room it leaves under `cap`, the digest of
     the previous `digest` and the `messages` just summarised, leaving out what `summary`
-    already says."""
+    already says; `summary` alone when that leaves nothing to keep."""
     room = cap - len(summary) - len(DIGEST_SEPARATOR)
     if room < DIGEST_MIN_RUNES:
         return summary
-    kept = summary_extractive(previous=digest, messages=messages, max_runes=room, beside=summary)
+    # Only the sections that hold something: the five headings are the model's part's.
+    kept = summary_extractive(
+        previous=digest, messages=messages, max_runes=room, beside=summary, all_headings=False
+    )
     if not kept:
         return summary
     logger.info("chat_summary_digest runes=%d room=%d", len(kept), room)

@@ -30,7 +30,7 @@ from chat.context.facts import (
     sentences_split,
 )
 from chat.context.guard import SUMMARY_HEADINGS, summary_heading_of
-from chat.context.heading import is_summary_prefix
+from chat.context.heading import DIGEST_SEPARATOR, is_summary_prefix
 from chat.context.summarise import TranscriptMessage, transcript_text
 from chat.workers import background_yield
 
@@ -61,6 +61,18 @@ class _Item:
 
 def _key(text: str) -> str:
     return " ".join(text.lower().split()).rstrip(".!?。！？… ")
+
+
+def _says(text: str, key: str) -> bool:
+    """Whether `text` holds `key` with no letter or digit either side ("art" is not in
+    "smart")."""
+    at = text.find(key)
+    while at >= 0:
+        end = at + len(key)
+        if not (at and text[at - 1].isalnum()) and not (end < len(text) and text[end].isalnum()):
+            return True
+        at = text.find(key, at + 1)
+    return False
 
 
 def _previous_parse(previous: str) -> tuple[list[_Item], list[str]]:
@@ -181,13 +193,23 @@ def _select(candidates: list[_Item], *, room: int) -> list[_Item]:
 
 
 def summary_extractive(
-    *, previous: str, messages: Sequence[TranscriptMessage], max_runes: int, beside: str = ""
+    *,
+    previous: str,
+    messages: Sequence[TranscriptMessage],
+    max_runes: int,
+    beside: str = "",
+    all_headings: bool | None = None,
 ) -> str:
     """The fallback summary of `previous` plus `messages`, at most `max_runes` long. `beside`:
     a text shown with it (the model's summary a digest follows, chat/context/digest.py): a
-    sentence or an identifier it already says is left out."""
+    new sentence or an identifier it already says is left out. `all_headings`: the empty
+    sections' headings too (by default when the cap affords them); without them, and with
+    nothing to keep, the summary is ""."""
     max_runes = max(0, max_runes)
-    all_headings = max_runes >= _ALL_HEADINGS_MIN_RUNES
+    if all_headings is None:
+        all_headings = max_runes >= _ALL_HEADINGS_MIN_RUNES
+    # A summary with its digest is one summary here: the separator is no item.
+    previous = previous.replace(DIGEST_SEPARATOR, "\n")
     frame = len(_render([], [], all_headings=all_headings))
     room = max(0, max_runes - frame)
     item_cap = max(40, min(280, room // 3))
@@ -202,7 +224,9 @@ def summary_extractive(
     seen: set[str] = set()
     said = _key(beside)
     for item in [*carried, *fresh]:
-        if said and _key(item.text) in said:
+        # Only new sentences: one carried already was not said when it was kept, and if the
+        # model says it now, its next summary may not.
+        if said and item.new and _says(said, _key(item.text)):
             continue
         if _key(item.text) not in seen:
             seen.add(_key(item.text))
@@ -211,9 +235,10 @@ def summary_extractive(
         background_yield()
         identifiers.extend(i for i in identifiers_find(text) if identifier_listable(i))
     chosen = _select(candidates, room=room - min(room // 4, len("; ".join(identifiers))))
+    shown_beside = identifier_key(beside)
     while True:
         body = _render(chosen, [], all_headings=all_headings)
-        shown = identifier_key(f"{body}\n{beside}")
+        shown = f"{identifier_key(body)}\n{shown_beside}"
         listed: list[str] = []
         keys: set[str] = set()
         for identifier in identifiers:

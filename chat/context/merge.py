@@ -117,7 +117,8 @@ def summary_merge(
             break
         text, problem = check.answer(result.text)
         if problem is None:
-            text = summary_with_digest(summary=text, digest=digest, messages=messages, cap=cap)
+            if cfg.strategy == "cadau":  # the seed's loop is kept as the seed had it, to compare
+                text = summary_with_digest(summary=text, digest=digest, messages=messages, cap=cap)
             return Merged(summary=text, model=result.model)
         logger.warning("chat_summary_guard attempt=%d problem=%s", attempt, problem)
         if check.shortened and len(text) > cap:

@@ -4,7 +4,7 @@ came through. Each adapter gets a `TurnRun` and only renders it: REST JSON await
 client and calls `run.start()` (the session's sockets get the reply's events through its group).
 
     run = turn_send(...)                 # sync: rate, checks, store, prepare (one database trip)
-    await run.ready()                    # only when `run.queued`: wait for the running reply,
+    await run.ready(stream=...)          # only when `run.queued`: wait for the running reply,
                                          # then store the turn and start its reply
     run = turn_regenerate(...)           # or: the session's last reply, generated again
 
@@ -26,7 +26,7 @@ from typing import Any
 from django.conf import settings
 
 from chat.context import context_budget_from_db
-from chat.errors import NotFound, NotLastReply, ReplyInProgress
+from chat.errors import ChatError, NotFound, NotLastReply, ReplyInProgress
 from chat.events import deltas_merged
 from chat.models import ChatMessage, MessageRole, MessageStatus
 from chat.queries import message_rows
@@ -77,14 +77,13 @@ class TurnRun:
     def queued(self) -> bool:
         return self.turn is None
 
-    async def ready(
-        self, *, stream: bool = False, abandoned: Callable[[], bool] | None = None
-    ) -> None:
-        """Wait, without holding a thread, until the session's running reply ends, up to
-        CHAT_SEND_QUEUE_SECONDS (a queue of one), then store the turn and start its reply
-        (`start(stream=)`); or raise ReplyInProgress. `abandoned` is asked before each try and
-        under the store's lock: when it says so (the login of the socket that sent it ended
-        meanwhile) the send is given up, NotFound, nothing stored."""
+    async def ready(self, *, stream: bool, abandoned: Callable[[], bool] | None = None) -> None:
+        """A queued send: wait, without holding a thread, until the session's running reply
+        ends, up to CHAT_SEND_QUEUE_SECONDS (a queue of one), then store the turn and start its
+        reply (`start(stream=)`); or raise ReplyInProgress. A send that did not queue returns
+        at once (its caller starts it). `abandoned` is asked before each try and under the
+        store's lock: when it says so (the login of the socket that sent it ended meanwhile)
+        the send is given up, NotFound, nothing stored."""
         if self.send is None:
             return
         deadline = time.monotonic() + settings.CHAT_SEND_QUEUE_SECONDS
@@ -100,7 +99,14 @@ class TurnRun:
             # stop the store: the turn it stores still gets its reply, or its empty
             # `streaming` row would keep the session busy until it counted as orphaned.
             store.add_done_callback(functools.partial(self._stored, stream=stream))
-            await asyncio.shield(store)
+            _tasks.add(store)
+            store.add_done_callback(_tasks.discard)
+            try:
+                await asyncio.shield(store)
+            except asyncio.CancelledError:
+                # No one is left to be told of a store that fails now (the database gone).
+                store.add_done_callback(_store_failure_log)
+                raise
             if not self.queued:
                 return
             if time.monotonic() >= deadline:
@@ -282,7 +288,7 @@ async def turn_open(
     run: TurnRun = await in_worker(turn_send)(
         user=user, session_id=session_id, content=content, client_id=client_id
     )
-    await run.ready(abandoned=abandoned)
+    await run.ready(stream=False, abandoned=abandoned)
     return run
 
 
@@ -327,6 +333,15 @@ def reply_spawn(*, turn: Turn, emit: Emit | None = None) -> asyncio.Task[ReplyRe
     _tasks.add(task)
     task.add_done_callback(_task_finished)
     return task
+
+
+def _store_failure_log(store: asyncio.Future[Any]) -> None:
+    if store.cancelled() or (exc := store.exception()) is None:
+        return
+    if isinstance(exc, ChatError):  # refused as it would have been with the caller there
+        logger.info("chat_send_not_stored caller_left error=%s", type(exc).__name__)
+    else:
+        logger.warning("chat_send_not_stored caller_left", exc_info=exc)
 
 
 def _task_finished(task: asyncio.Task[Any]) -> None:

@@ -9,8 +9,9 @@ import json
 
 from cadau.contextconfig import ContextConfig
 from chat import context as ctx
-from chat.context.digest import DIGEST_MIN_RUNES, DIGEST_SEPARATOR, summary_split
+from chat.context.digest import DIGEST_MIN_RUNES, summary_split
 from chat.context.guard import FALLBACK_MODEL
+from chat.context.heading import DIGEST_SEPARATOR, summary_language
 from chat.context.merge import summary_merge
 from tests.fixtures_llm import summary_of
 
@@ -109,3 +110,31 @@ def test_a_rejected_answer_falls_back_with_the_digests_facts(fake_llm):
     assert merged.model == FALLBACK_MODEL
     assert KICKBOXING in merged.summary and DAUGHTER in merged.summary
     assert DIGEST_SEPARATOR not in merged.summary
+
+
+def test_small_talk_alone_adds_no_digest(fake_llm):
+    fake_llm.script_summary(VAGUE)
+    chat = [tm(1, "user", "Hey! How are you?"), tm(2, "assistant", "Good, thanks! You?")]
+    merged = summary_merge(previous="", messages=chat, cfg=CFG)
+    assert merged.summary == VAGUE
+
+
+def test_the_digest_keeps_to_the_room_round_after_round(fake_llm):
+    """Facts enough to fill the room many times over: the oldest stay, the cap holds."""
+    fake_llm.script_summary(*[VAGUE] * 6)
+    summary = ""
+    for day in range(6):
+        facts = " ".join(
+            f"On day {day} I paid {day * 100 + n} euros for the ticket to Graz number {n}."
+            for n in range(60)
+        )
+        summary = summary_merge(previous=summary, messages=_day(day * 10, facts), cfg=CFG).summary
+        assert len(summary) <= CFG.summary_cap_runes
+    own, digest = summary_split(summary)
+    assert own == VAGUE and "On day 0 I paid" in digest and "On day 5 I paid" in digest
+
+
+def test_the_separator_does_not_make_a_chinese_summary_english():
+    # Seven Han characters against the separator's seven English words.
+    summary = summary_of("聊了近况。") + DIGEST_SEPARATOR + "## Facts and decisions\n- 住北京。"
+    assert summary_language(summary=summary) == "zh"
