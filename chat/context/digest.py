@@ -30,8 +30,8 @@ from chat.context.summarise import TranscriptMessage
 
 logger = logging.getLogger("chat.context")
 
-#: Below this much room a digest is not written: it holds the five headings and a few facts
-#: (the fallback's own threshold for its empty headings).
+#: Below this much room a digest is not written: it would hold a fact or two, at the cost of
+#: the separator's 50 runes besides (the fallback's own threshold for its empty headings).
 DIGEST_MIN_RUNES = 600
 
 
