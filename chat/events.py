@@ -201,9 +201,43 @@ def event_publish_now(*, session_id: int, event: Event) -> None:
     if not layer_is_shared(layer):
         return
     try:
-        async_to_sync(layer.group_send)(session_group(session_id), _envelope(event))
+        group_send_from_sync(layer, session_group(session_id), _envelope(event))
     except Exception:
         layer_failure_log("chat_event_publish_failed", session=session_id, type=event.get("type"))
+
+
+# The sends group_send_from_sync saw through: the event loop keeps only weak references.
+_sending: set[asyncio.Task[None]] = set()
+
+
+def group_send_from_sync(layer: Any, group: str, message: dict[str, Any]) -> None:
+    """`layer.group_send` from sync code (a view's thread, an on_commit callback), finished
+    even when the request that runs the code is cancelled (its client left). asgiref hands a
+    cancelled request's cancellation to the task its async_to_sync made: the send stopped
+    half-way and CancelledError, no Exception, came out of the view's store, so a send whose
+    client left as its user message was announced never started its reply. Raises what the
+    send raises while the caller waits for it."""
+
+    async def send() -> None:
+        task = asyncio.ensure_future(layer.group_send(group, message))
+        _sending.add(task)
+        task.add_done_callback(_sending.discard)
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_unseen_failure_log)
+            raise
+
+    try:
+        async_to_sync(send)()
+    except asyncio.CancelledError:
+        logger.info("chat_group_send_caller_cancelled group=%s (the send goes on)", group)
+
+
+def _unseen_failure_log(task: asyncio.Task[None]) -> None:
+    # A send whose caller was cancelled: no one else is told it failed.
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.warning("chat_group_send_failed caller_cancelled", exc_info=exc)
 
 
 def event_publish_on_commit(*, session_id: int, event: Event) -> None:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -30,7 +29,7 @@ from django.db import transaction
 from rest_framework.authtoken.models import Token
 
 from cadau.accounts import credentials_revoked
-from chat.events import ORIGIN, layer_is_shared
+from chat.events import ORIGIN, group_send_from_sync, layer_is_shared
 from chat.workers import in_worker
 
 logger = logging.getLogger("chat.sockets")
@@ -106,7 +105,7 @@ def sockets_close(*, user_id: int, login: str | None, reason: str) -> None:
             return
         group = login_group(login) if login else user_group(user_id)
         try:
-            async_to_sync(layer.group_send)(group, {"type": "chat.revoke", "origin": ORIGIN})
+            group_send_from_sync(layer, group, {"type": "chat.revoke", "origin": ORIGIN})
         except Exception:
             logger.exception("chat_sockets_revoke_publish_failed user=%s", user_id)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from asgiref.sync import sync_to_async
+
 from chat import events
 
 
@@ -123,3 +125,37 @@ async def test_a_failing_layer_logs_its_traceback_once_not_per_event(monkeypatch
         await events.event_publish_async(session_id=1, event=event)
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(loud) == 1 and loud[0].exc_info is not None
+
+
+async def test_a_send_from_sync_code_outlives_the_request_that_ran_it():
+    """A view's thread announces a stored message through the channel layer as its client
+    leaves: Django cancels the request's task, and asgiref hands that cancellation to the task
+    its async_to_sync made. The message still goes out, and the view's code after it (its
+    reply's start) still runs."""
+    started, release = asyncio.Event(), asyncio.Event()
+    sent: list[tuple[str, dict]] = []
+
+    class SlowLayer:
+        async def group_send(self, group: str, message: dict) -> None:
+            started.set()
+            await release.wait()
+            sent.append((group, message))
+
+    went_on = threading.Event()
+
+    def view() -> None:
+        events.group_send_from_sync(SlowLayer(), "session-41", {"type": "chat.event"})
+        went_on.set()
+
+    request = asyncio.ensure_future(sync_to_async(view, thread_sensitive=False)())
+    await asyncio.wait_for(started.wait(), 5)  # the send is on its way
+    request.cancel()
+    # asgiref lets the request end as its sync code did: here, having gone on.
+    await asyncio.gather(request, return_exceptions=True)
+    release.set()
+    for _ in range(200):
+        if sent and went_on.is_set():
+            break
+        await asyncio.sleep(0.01)
+    assert sent == [("session-41", {"type": "chat.event"})]
+    assert went_on.is_set()
