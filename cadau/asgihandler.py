@@ -89,6 +89,12 @@ class ASGIHandler(DjangoASGIHandler):
         request.META[RESOLVED_ON_LOOP] = True
         request.META[SERVING_LOOP] = asyncio.get_running_loop()
         response: HttpResponseBase = await self._serve(request)
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            # The client left while the view ran, and asgiref let the view finish (its sync
+            # code handled the cancellation: chat/events.py group_send_from_sync): nothing is
+            # left to answer, and a reply streamed or awaited for no one would run on.
+            raise asyncio.CancelledError
         if not isinstance(response, DeferredResponse):
             return response
         try:

@@ -150,12 +150,10 @@ async def test_a_send_from_sync_code_outlives_the_request_that_ran_it():
     request = asyncio.ensure_future(sync_to_async(view, thread_sensitive=False)())
     await asyncio.wait_for(started.wait(), 5)  # the send is on its way
     request.cancel()
-    # asgiref lets the request end as its sync code did: here, having gone on.
-    await asyncio.gather(request, return_exceptions=True)
+    await asyncio.sleep(0.05)
+    assert not went_on.is_set()  # the view waits for its send: its next one must not overtake
     release.set()
-    for _ in range(200):
-        if sent and went_on.is_set():
-            break
-        await asyncio.sleep(0.01)
+    # asgiref lets the request end as its sync code did: here, having gone on.
+    await asyncio.wait_for(asyncio.gather(request, return_exceptions=True), 5)
     assert sent == [("session-41", {"type": "chat.event"})]
     assert went_on.is_set()
