@@ -287,6 +287,21 @@ def _send_scope(token: str, session_id: int, accept: str) -> tuple[dict[str, Any
     return scope, body
 
 
+def _statuses() -> list[str]:
+    return list(ChatMessage.objects.order_by("id").values_list("status", flat=True))
+
+
+async def _assert_complete_with_a_reply(*, rows: int) -> None:
+    """Within 5 s, every one of the `rows` messages complete, the last a reply with text."""
+    for _ in range(100):
+        if await sync_to_async(_statuses)() == [MessageStatus.COMPLETE] * rows:
+            break
+        await asyncio.sleep(0.05)
+    assert await sync_to_async(_statuses)() == [MessageStatus.COMPLETE] * rows
+    reply = await sync_to_async(ChatMessage.objects.order_by("id").last)()
+    assert reply is not None and reply.content
+
+
 @pytest.mark.parametrize(
     ("accept", "made_by"), [("text/event-stream", "_event_stream"), ("application/json", "_defer")]
 )
@@ -308,13 +323,10 @@ async def test_a_reply_starts_from_the_views_thread(owner, fake_llm, monkeypatch
     scope, body = _send_scope(token, session_id, accept)
     messages = [{"type": "http.request", "body": body, "more_body": False}]
 
-    def stored() -> list[str]:
-        return list(ChatMessage.objects.order_by("id").values_list("status", flat=True))
-
     async def receive() -> dict[str, Any]:
         if messages:
             return messages.pop(0)
-        while not await sync_to_async(stored)():  # the view is under way
+        while not await sync_to_async(_statuses)():  # the view is under way
             await asyncio.sleep(0.01)
         gone.set()
         return {"type": "http.disconnect"}
@@ -326,13 +338,7 @@ async def test_a_reply_starts_from_the_views_thread(owner, fake_llm, monkeypatch
 
     await application(scope, receive, send)
     assert not [m for m in sent if m["type"] == "http.response.body" and m.get("body")]
-    for _ in range(100):
-        if await sync_to_async(stored)() == [MessageStatus.COMPLETE] * 2:
-            break
-        await asyncio.sleep(0.05)
-    assert await sync_to_async(stored)() == [MessageStatus.COMPLETE] * 2
-    reply = await sync_to_async(ChatMessage.objects.order_by("id").last)()
-    assert reply is not None and reply.content
+    await _assert_complete_with_a_reply(rows=2)
 
 
 @pytest.mark.parametrize("accept", ["text/event-stream", "application/json"])
@@ -376,17 +382,8 @@ async def test_a_queued_send_stored_as_its_client_left_gets_its_reply(
     async def send(message: dict[str, Any]) -> None:
         pass
 
-    def statuses() -> list[str]:
-        return list(ChatMessage.objects.order_by("id").values_list("status", flat=True))
-
     await application(scope, receive, send)
-    for _ in range(100):
-        if await sync_to_async(statuses)() == [MessageStatus.COMPLETE] * 3:
-            break
-        await asyncio.sleep(0.05)
-    assert await sync_to_async(statuses)() == [MessageStatus.COMPLETE] * 3
-    reply = await sync_to_async(ChatMessage.objects.order_by("id").last)()
-    assert reply is not None and reply.content
+    await _assert_complete_with_a_reply(rows=3)
 
 
 async def test_a_deferred_error_is_the_views_json_error(owner, fake_llm, settings, caplog):

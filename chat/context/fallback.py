@@ -224,12 +224,13 @@ def summary_extractive(
     seen: set[str] = set()
     said = _key(beside)
     for item in [*carried, *fresh]:
+        key = _key(item.text)
         # Only new sentences: one carried already was not said when it was kept, and if the
         # model says it now, its next summary may not.
-        if said and item.new and _says(said, _key(item.text)):
+        if said and item.new and _says(said, key):
             continue
-        if _key(item.text) not in seen:
-            seen.add(_key(item.text))
+        if key not in seen:
+            seen.add(key)
             candidates.append(item)
     for text in [*(i.text for i in carried), *(transcript_text(m) for m in messages)]:
         background_yield()

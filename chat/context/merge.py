@@ -91,12 +91,12 @@ def summary_merge(
     counter = counter if counter is not None else CallCounter()
     cap = cfg.summary_cap_runes
     # The model merges into its own summary; the digest after it is Cadau's to carry.
-    previous, digest = summary_split(previous)
-    user = _request(previous=previous, messages=messages, cap=cap, instructions=instructions)
+    own, digest = summary_split(previous)
+    user = _request(previous=own, messages=messages, cap=cap, instructions=instructions)
     check = _Check(
-        previous=previous,
+        previous=own,
         cap=cap,
-        replaced=len(previous) + sum(len(transcript_text(m)) for m in messages),
+        replaced=len(own) + sum(len(transcript_text(m)) for m in messages),
         material=f"{transcript_render(messages)}\n{instructions}",
         max_tokens=_max_tokens(cfg),
         counter=counter,
@@ -123,9 +123,8 @@ def summary_merge(
         logger.warning("chat_summary_guard attempt=%d problem=%s", attempt, problem)
         if check.shortened and len(text) > cap:
             break  # over its cap even when asked to shorten: a third call would be no better
-    fallback = summary_extractive(
-        previous=f"{previous}\n{digest}", messages=messages, max_runes=cap
-    )
+    # The whole previous summary, digest included (the fallback reads past the separator).
+    fallback = summary_extractive(previous=previous, messages=messages, max_runes=cap)
     logger.warning("chat_summary_fallback runes=%d problem=%s", len(fallback), problem)
     return Merged(summary=fallback, model=FALLBACK_MODEL, problem=problem or "")
 
