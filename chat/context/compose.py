@@ -73,6 +73,11 @@ class Recalled:
     content: str
     # The message before it in the conversation is also recalled: rendered as one run.
     follows: bool = False
+    # recall_body_runes(role, content), as the recaller counted it pricing the piece; 0: not
+    # counted (a body is never empty: it names the role). Carried so that the core's growth
+    # and the log do not count each piece's lines again (~340 pieces a send on bench ttft's
+    # 1M-message session).
+    body_runes: int = 0
 
 
 # Returns the recalled messages in conversation order (ascending id), as they are rendered;
@@ -102,7 +107,11 @@ def recall_piece_runes(m: Recalled, *, first: bool) -> int:
     """What `m` adds to `recall_render`'s output: its piece and the separator before it.
     Counted, not rendered: recall prices hundreds of candidates before every first token
     (tests/chat/test_recall_auto.py checks it against the rendering)."""
-    return _piece_runes(m, first=first, body=recall_body_runes(m.role, m.content))
+    return _piece_runes(m, first=first, body=_body_runes(m))
+
+
+def _body_runes(m: Recalled) -> int:
+    return m.body_runes or recall_body_runes(m.role, m.content)
 
 
 def recall_body_runes(role: str, content: str) -> int:
@@ -156,7 +165,7 @@ def _unfollow(recalled: list[Recalled]) -> list[Recalled]:
     out: list[Recalled] = []
     for m in recalled:
         if m.follows and not (out and out[-1].id < m.id):
-            m = Recalled(m.id, m.role, m.created_at, m.content, follows=False)
+            m = Recalled(m.id, m.role, m.created_at, m.content, False, m.body_runes)
         out.append(m)
     return out
 
@@ -260,13 +269,11 @@ def _grow_core(
     first token)."""
     core = bisect_left(recalled, tail[start].id, key=_id)  # recalled[core:] is in the core
     # Each piece as rendered after another one; the first piece opens a run whatever it is.
-    after = [
-        _piece_runes(m, first=False, body=recall_body_runes(m.role, m.content)) for m in recalled
-    ]
+    after = [_piece_runes(m, first=False, body=_body_runes(m)) for m in recalled]
     summed = [0, *itertools.accumulate(after)]
 
     def opening(m: Recalled) -> int:
-        return _header_runes(m) + 1 + recall_body_runes(m.role, m.content)
+        return _header_runes(m) + 1 + _body_runes(m)
 
     def staying(low: int) -> int:
         """len(recall_render(_unfollow(recalled[:low] + recalled[core:])))."""

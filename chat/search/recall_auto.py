@@ -383,7 +383,8 @@ def _fit(
         # Charged what it adds to the rendering: within a run of recalled neighbours a piece
         # has no header, and the run's next piece loses its own. Charging every piece a header
         # left a tenth of the room unused once the hits' neighbours came along.
-        cost = recall_body_runes(role, text) + RECALL_OPENING_RUNES
+        body = recall_body_runes(role, text)
+        cost = body + RECALL_OPENING_RUNES
         if order.before(mid) in chosen:
             cost -= RECALL_RUN_SAVING
         if order.after(mid) in chosen:
@@ -391,7 +392,7 @@ def _fit(
         if cost > left:
             continue
         when = window.created_at(mid, stamp) if window is not None else stamp_datetime(stamp)
-        chosen[mid] = Recalled(mid, role, when, text)
+        chosen[mid] = Recalled(mid, role, when, text, body_runes=body)
         left -= cost
     ordered = sorted(chosen.values(), key=lambda m: m.id)
     return recall_runs(ordered, adjacent=order.adjacent)

@@ -151,6 +151,9 @@ def test_recall_stays_under_its_room_as_rendered(owner, room):
     found = recall_auto(recall_ask(session, "deploy", room=room))
     assert len(recall_render(found)) <= room
     assert [m.id for m in found] == sorted(m.id for m in found)
+    # Each piece carries its body as counted when it was priced: the core's growth and the
+    # log read it instead of counting again.
+    assert found and all(m.body_runes == recall_body_runes(m.role, m.content) for m in found)
 
 
 def test_a_neighbour_comes_with_its_hit_and_runs_share_a_header(owner):
