@@ -185,7 +185,11 @@ class ChatMessageQuerySet(models.QuerySet["ChatMessage"]):
 
 
 class ChatMessage(models.Model):
-    session = models.ForeignKey(ChatSession, on_delete=models.CASCADE, related_name="messages")
+    # No index of its own: chat_msg_session_id_idx (session_id, id) serves every lookup by
+    # session (migration 0014).
+    session = models.ForeignKey(
+        ChatSession, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
     role = models.CharField(max_length=16, choices=MessageRole.choices)
     content = models.TextField(blank=True, default="")
     status = models.CharField(

@@ -44,3 +44,32 @@ def test_the_raw_tail_read_returns_what_the_orm_would(order):
     newest = message_tail_rows(session_id=session.pk, order="-id", limit=2)
     assert newest[1][3] == CALLS  # decoded, as the JSONField would
     assert newest[0][5] == MessageStatus.STREAMING  # the caller filters, not the SQL
+
+
+def test_messages_have_one_index_by_session_and_the_reads_by_session_use_it():
+    """The foreign key has no single-column index of its own (migration 0014): the session's
+    (session_id, id) index serves every read by session, and a session's deletion."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, "chat_messages")
+    by_session = [
+        name
+        for name, c in constraints.items()
+        if c["index"] and c["columns"] and c["columns"][0] == "session_id"
+    ]
+    assert "chat_msg_session_id_idx" in by_session
+    assert not [name for name in by_session if constraints[name]["columns"] == ["session_id"]]
+    if connection.vendor != "sqlite":
+        return  # PostgreSQL plans a table this small as a scan: its plan says nothing here
+    session = ChatSessionFactory()
+    make_conversation(session, turns=3)
+    for sql in (
+        "SELECT id FROM chat_messages WHERE session_id = %s ORDER BY id DESC LIMIT 5",
+        "SELECT count(*) FROM chat_messages WHERE session_id = %s",
+        "DELETE FROM chat_messages WHERE session_id = %s",
+    ):
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN QUERY PLAN " + sql, [session.pk])
+            plan = " ".join(row[-1] for row in cursor.fetchall())
+        assert "USING" in plan and "INDEX" in plan and "SCAN chat_messages" not in plan, plan
