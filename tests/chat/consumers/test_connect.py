@@ -8,13 +8,16 @@ import asyncio
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.conf import settings as settings_module
 
+from cadau.asgi import application
 from chat import events
 from chat.models import ChatSession
 from chat.search.archive_window import archive_window_ready
 from devtools.introspect import background_wait
 from tests.chat.consumers.helpers import (
+    ORIGIN,
     TIMEOUT,
     cookie_for,
     socket_to,
@@ -43,6 +46,20 @@ async def test_missing_origin_header_is_refused(session, owner_cookie):
         timeout=TIMEOUT
     )
     assert not connected
+
+
+@pytest.mark.parametrize(
+    "path", ["/ws/chat/1", "/ws/chat/1/x/", "/ws/", "/ws/nope/", "/", "/api/v1/status"]
+)
+async def test_a_path_with_no_route_is_refused_like_a_missing_session(path, caplog):
+    """Channels' router raised ValueError for these, which Daphne answered with a 500 and an
+    ERROR traceback: a handshake anyone can send, logged in or not."""
+    headers = [(b"host", b"localhost"), (b"origin", ORIGIN)]
+    connected, code = await WebsocketCommunicator(application, path, headers=headers).connect(
+        timeout=TIMEOUT
+    )
+    assert not connected and code == 4404
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
 
 
 async def test_another_users_session_is_refused_like_a_missing_one(session):
