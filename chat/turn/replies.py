@@ -25,7 +25,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from chat.context import context_budget_from_db
-from chat.errors import ReplyInProgress, TooManyReplies
+from chat.errors import NotLastReply, ReplyInProgress, TooManyReplies
 from chat.events import ORIGIN, event_publish_now
 from chat.models import (
     STALE_STREAMING_SECONDS,
@@ -153,8 +153,13 @@ def reply_restart(*, session: ChatSession, reply: ChatMessage) -> ChatMessage:
     """Regenerate / retry: the reply row goes back to `streaming` with empty content."""
     with transaction.atomic():
         ChatSession.objects.select_for_update().get(pk=session.pk)
-        if ChatMessage.objects.filter(session_id=session.pk).replies_live().exists():
+        messages = ChatMessage.objects.filter(session_id=session.pk)
+        if messages.replies_live().exists():
             raise _busy()
+        # Asked again under the lock: a truncation since the caller picked the reply deleted it
+        # (its save then changed no row: a 500), or a send put a newer message after it.
+        if messages.order_by("-id").values_list("id", flat=True).first() != reply.pk:
+            raise NotLastReply("Only the last reply of a session can be regenerated.")
         # A regenerate starts a reply like a send does: it counts against the same cap (it
         # went around it, and a user could run any number of replies at once).
         cap = settings.CHAT_MAX_CONCURRENT_REPLIES

@@ -18,9 +18,10 @@ from chat.context import (
     context_state_after_reply,
     context_state_fresh,
 )
-from chat.models import Agent, ChatMessage, ChatSession, MessageStatus
+from chat.errors import NotLastReply
+from chat.models import Agent, ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.services.agents import agent_update
-from chat.turn import finish, prepare, turn_regenerate
+from chat.turn import finish, prepare, replies, turn_regenerate
 from chat.turn.checks import SendRequest
 from chat.turn.replies import reply_finish
 from chat.turn.rows import turn_store
@@ -215,3 +216,22 @@ def test_a_finish_that_fails_midway_stores_nothing(transactional_db, session, mo
     monkeypatch.undo()
     stored = ChatMessage.objects.get(pk=turn.reply.pk)
     assert stored.status == MessageStatus.STREAMING and stored.content == ""
+
+
+@pytest.mark.parametrize("race", ["truncated", "sent"])
+def test_a_regenerate_whose_reply_went_meanwhile_is_refused_not_a_500(session, race):
+    """The regenerate picks the session's last reply, then locks the session to restart it: a
+    truncation in between deleted the row (its save changed nothing and raised DatabaseError,
+    a 500), a send put a newer message after it. Asked again under the lock: NotLastReply
+    (409), nothing changed."""
+    make_conversation(session, turns=2)
+    reply = ChatMessage.objects.filter(session=session).order_by("-id").first()
+    assert reply.role == MessageRole.ASSISTANT
+    if race == "truncated":
+        ChatMessage.objects.filter(pk=reply.pk).delete()
+    else:
+        ChatMessage.objects.create(session=session, role=MessageRole.USER, content="later")
+    before = list(ChatMessage.objects.filter(session=session).values_list("id", "status"))
+    with pytest.raises(NotLastReply):
+        replies.reply_restart(session=session, reply=reply)
+    assert list(ChatMessage.objects.filter(session=session).values_list("id", "status")) == before
