@@ -127,7 +127,16 @@ async def _next_unless(events: AsyncIterator[Event], ended: asyncio.Event) -> Ev
     """The next event, or None when the events are over or `ended` is set first."""
     step = asyncio.ensure_future(anext(events, None))
     stop = asyncio.ensure_future(ended.wait())
-    done, _ = await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        done, _ = await asyncio.wait({step, stop}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # The response was cancelled (its client left). Neither task may outlive it: the step
+        # still runs the events' generator, whose closing then raised RuntimeError ("aclose():
+        # asynchronous generator is already running"), and the wait was left pending.
+        step.cancel()
+        stop.cancel()
+        await asyncio.gather(step, stop, return_exceptions=True)
+        raise
     stop.cancel()
     if step not in done:
         step.cancel()

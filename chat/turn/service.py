@@ -363,9 +363,12 @@ async def _reply_events(run: TurnRun) -> AsyncIterator[Event]:
     assert task is not None
     while True:
         getter = asyncio.ensure_future(queue.get())
-        done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-        if getter not in done:
-            getter.cancel()
+        try:
+            done, _ = await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # Also when the subscriber is cancelled (gone): no get left pending on the queue.
+            if not getter.done():
+                getter.cancel()
         # Everything that has queued, deltas merged: a subscriber that fell behind catches up
         # in a few writes instead of one per token (as the sockets do, chat/events.py).
         batch = [getter.result()] if getter in done else []

@@ -1,0 +1,66 @@
+"""A server-sent-events send whose client leaves mid-reply: Django cancels the task writing the
+response. The response ends with that cancellation and nothing else (no RuntimeError from
+closing the events' generator while a step still ran it, no wait left pending), and the reply
+goes on and is stored."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+
+import pytest
+from channels.db import database_sync_to_async
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from chat.models import ChatMessage
+from tests.chat.wsclient import loop_left_clean  # noqa: F401 (autouse)
+from tests.factories import ChatSessionFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LONG = " ".join(f"w{i}" for i in range(100))  # ~2 s at 20 ms a token
+
+
+def _post(owner, session):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=owner).key}")
+    return client.post(
+        "/api/v1/chat/send",
+        {"session_id": session.pk, "content": "talk"},
+        format="json",
+        HTTP_ACCEPT="text/event-stream",
+    )
+
+
+async def test_a_stream_whose_client_left_ends_cleanly_and_its_reply_is_stored(
+    owner, fake_llm, caplog
+):
+    session = await database_sync_to_async(ChatSessionFactory)(owner=owner)
+    fake_llm.script({"content": LONG, "token_ms": 20})
+    response = await database_sync_to_async(_post)(owner, session)
+    assert response.status_code == 200
+    started = asyncio.Event()
+
+    async def write() -> None:
+        async for chunk in response.streaming_content:
+            if b"event: delta" in chunk:
+                started.set()
+
+    writing = asyncio.ensure_future(write())
+    await asyncio.wait_for(started.wait(), 10)
+    writing.cancel()  # as Django's ASGI handler does when the client disconnects
+    (outcome,) = await asyncio.gather(writing, return_exceptions=True)
+    assert isinstance(outcome, asyncio.CancelledError), repr(outcome)
+    for _ in range(100):
+        reply = await database_sync_to_async(
+            lambda: ChatMessage.objects.filter(session=session, role="assistant").get()
+        )()
+        if reply.status != "streaming":
+            break
+        await asyncio.sleep(0.1)
+    assert reply.status == "complete" and reply.content == LONG
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        gc.collect()  # a task still pending is reported when it is collected
+    assert not [r for r in caplog.records if "pending" in r.getMessage()], caplog.text
