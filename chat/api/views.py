@@ -38,11 +38,10 @@ from chat.selectors import (
 )
 from chat.services.sessions import (
     session_create,
-    session_delete,
     session_model_set,
     session_update,
 )
-from chat.turn.truncate import turn_truncate
+from chat.turn.truncate import turn_session_delete, turn_truncate
 
 _SESSION_ID_PATH = OpenApiParameter(
     "session_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="Session id."
@@ -118,8 +117,7 @@ class SessionDetailView(APIView):
         description="Deletes the session with all its messages and context snapshots.",
     )
     def delete(self, request: Request, session_id: str) -> Response:
-        session = session_for_user(user=request.user, session_id=session_id)
-        session_delete(session=session)
+        turn_session_delete(user=request.user, session_id=session_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -24,6 +24,7 @@ from chat.turn.registry import reply_cancel, reply_ends, reply_resume, reply_wat
 from chat.turn.replies import streaming_sweep
 from chat.turn.rows import Turn
 from chat.turn.service import TurnResult, TurnRun, turn_open, turn_regenerate, turn_send
+from chat.turn.truncate import turn_session_delete
 
 __all__ = [
     "ReplyResult",
@@ -39,4 +40,5 @@ __all__ = [
     "turn_open",
     "turn_regenerate",
     "turn_send",
+    "turn_session_delete",
 ]

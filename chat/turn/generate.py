@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 
 from chat.context import (
     context_budget_from_state,
@@ -40,7 +41,7 @@ from chat.llm.window import (
     window_record_overflow,
     window_record_stated,
 )
-from chat.models import ChatMessage, MessageStatus
+from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.services.compaction import compaction_event_end
 from chat.shapes import compaction_started_event, done_event, error_event, message_payload
 from chat.turn.finish import (
@@ -412,13 +413,18 @@ async def _fail_unexpected(
 ) -> ReplyResult:
     """The reply failed on something other than the model: stored `failed` with the text that
     arrived (retried while the database comes back). When it cannot be stored, `done` carries
-    the row as it would have been stored; the row itself is left to the sweep."""
-    logger.error("chat_reply_failed_unexpectedly session=%s", gen.session_id, exc_info=exc)
+    the row as it would have been stored; the row itself is left to the sweep. A reply whose
+    session was deleted under it (turn_session_delete) just ends: nothing is left to store."""
+    partial = "".join(gen.parts.get(reply.pk, ()))
+    gone = await _session_deleted(exc, session_id=gen.session_id)
+    if gone:
+        logger.info("chat_reply_session_deleted session=%s", gen.session_id)
+    else:
+        logger.error("chat_reply_failed_unexpectedly session=%s", gen.session_id, exc_info=exc)
     code, message = "server_error", FAILURE_MESSAGES["server_error"]
     gen.publish(error_event(code=code, message=message))
-    partial = "".join(gen.parts.get(reply.pk, ()))
     metadata = {"error": message, "error_code": code, "error_detail": repr(exc)[:2000]}
-    for wait in UNEXPECTED_STORE_WAITS:
+    for wait in () if gone else UNEXPECTED_STORE_WAITS:
         await asyncio.sleep(wait)
         try:
             result: ReplyResult = await in_worker(reply_result_failed)(
@@ -437,6 +443,17 @@ async def _fail_unexpected(
         result = ReplyResult(message=reply, context_budget=None)
     _publish_done(gen, result)
     return result
+
+
+async def _session_deleted(exc: Exception, *, session_id: int) -> bool:
+    """Whether `exc` is the reply's row gone with its session (not a database that is down)."""
+    if not isinstance(exc, ObjectDoesNotExist):
+        return False
+    try:
+        exists: bool = await in_worker(ChatSession.objects.filter(pk=session_id).exists)()
+    except Exception:
+        return False
+    return not exists
 
 
 # What a user is told when a reply fails. The model server's own words (its error body, a

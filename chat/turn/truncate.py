@@ -1,4 +1,5 @@
-"""Edit and resend's truncation while a reply may be generating, for every adapter.
+"""Edit and resend's truncation, and a session's deletion, while a reply may be generating, for
+every adapter.
 
 Deleting the rows of a reply that is still streaming pulls its row from under it: its final
 write finds nothing, no `done` or `error` reaches anyone, and pages keep a bubble stuck on
@@ -22,7 +23,7 @@ from asgiref.sync import async_to_sync
 from chat.errors import CancelFailed, NotFound, NothingToCancel, ReplyInProgress
 from chat.models import ChatMessage
 from chat.selectors import session_for_user
-from chat.services.sessions import TruncateResult, message_truncate
+from chat.services.sessions import TruncateResult, message_truncate, session_delete
 from chat.turn.registry import generation_running, reply_cancel, streaming_reply
 
 logger = logging.getLogger("chat.realtime")
@@ -97,3 +98,25 @@ def turn_truncate(*, user: Any, session_id: Any, message_id: int) -> Truncated:
                 "The reply being generated could not be stopped; try again in a moment."
             )
         time.sleep(POLL_SECONDS)
+
+
+def turn_session_delete(*, user: Any, session_id: Any) -> None:
+    """Delete the session (NotFound for someone else's), stopping its running reply first, as a
+    truncation does. Else the reply went on to its end under a chat nobody can see any more:
+    spending the operator's model, holding one of the user's concurrent replies, and failing
+    its final write with ERRORs. One that does not stop within CANCEL_WAIT_SECONDS is deleted
+    under all the same (the user asked for the chat to go): its final write finds its row gone
+    and ends quietly (chat/turn/generate.py)."""
+    session = session_for_user(user=user, session_id=session_id)
+    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+    asked: set[int] = set()
+    while (running := _reply_still_running(session.pk)) is not None:
+        if running not in asked:
+            asked.add(running)  # once per reply, as for a truncation
+            logger.info("chat_session_delete_cancel session=%s reply=%s", session.pk, running)
+            _cancel(session.pk)
+        if time.monotonic() >= deadline:
+            logger.warning("chat_session_delete_reply_running session=%s", session.pk)
+            break
+        time.sleep(POLL_SECONDS)
+    session_delete(session=session)

@@ -1,0 +1,84 @@
+"""A session deleted while its reply streams (DELETE /api/v1/chat/sessions/{id}): the reply is
+stopped first, as a truncation stops it, not left to run to its end under a chat nobody can
+see (spending the model, holding one of the user's concurrent replies, failing its final
+write with ERRORs). One whose rows go from under it all the same ends quietly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from channels.db import database_sync_to_async
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from chat.models import ChatMessage, ChatSession
+from chat.services.sessions import session_delete
+from chat.turn.registry import generation_running
+from tests.chat.wsclient import loop_left_clean  # noqa: F401 (autouse)
+from tests.factories import ChatSessionFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _words(count: int) -> str:
+    return " ".join(f"w{i}" for i in range(count))  # 20 ms a token below
+
+
+def _client(owner) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=owner).key}")
+    return client
+
+
+async def _streaming(owner, fake_llm, *, words: int):
+    """A session whose reply is streaming, the stream's response and its client."""
+    session = await database_sync_to_async(ChatSessionFactory)(owner=owner)
+    fake_llm.script({"content": _words(words), "token_ms": 20})
+    client = await database_sync_to_async(_client)(owner)
+    response = await database_sync_to_async(client.post)(
+        "/api/v1/chat/send",
+        {"session_id": session.pk, "content": "talk"},
+        format="json",
+        HTTP_ACCEPT="text/event-stream",
+    )
+    assert response.status_code == 200
+    chunks = aiter(response.streaming_content)
+    while b"event: delta" not in await anext(chunks):
+        pass
+    return session, chunks, client
+
+
+async def _ended(session_id: int) -> None:
+    for _ in range(100):
+        if generation_running(session_id=session_id) is None:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the reply still runs")
+
+
+async def test_deleting_a_session_stops_its_reply_first(owner, fake_llm, caplog):
+    session, chunks, client = await _streaming(owner, fake_llm, words=400)
+    response = await database_sync_to_async(client.delete)(f"/api/v1/chat/sessions/{session.pk}")
+    assert response.status_code == 204
+    # Stopped before the rows went: nothing runs on for seconds under a deleted chat.
+    assert generation_running(session_id=session.pk) is None
+    rest = b"".join([chunk async for chunk in chunks])
+    assert b"event: done" in rest and b'"cancelled"' in rest
+    assert not await database_sync_to_async(ChatSession.objects.filter(pk=session.pk).exists)()
+    assert not await database_sync_to_async(
+        ChatMessage.objects.filter(session_id=session.pk).exists
+    )()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+async def test_a_reply_whose_session_went_from_under_it_ends_quietly(owner, fake_llm, caplog):
+    session, chunks, _client = await _streaming(owner, fake_llm, words=40)
+    # As when the reply did not stop in time: its rows are deleted while it runs.
+    await database_sync_to_async(session_delete)(session=session)
+    rest = b"".join([chunk async for chunk in chunks])
+    assert b"event: done" in rest
+    await _ended(session.pk)
+    assert "chat_reply_session_deleted" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
