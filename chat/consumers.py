@@ -66,6 +66,7 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
+from rest_framework.utils.json import strict_constant
 
 from chat.errors import ChatError, NotFound
 from chat.events import (
@@ -381,7 +382,8 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
             )
             return
         try:
-            content = json.loads(text_data)
+            # NaN and Infinity refused, as the REST API's parser refuses them.
+            content = json.loads(text_data, parse_constant=strict_constant)
         except RecursionError:
             await self.send_json(_bad_request("The frame's JSON is nested too deeply."))
             return

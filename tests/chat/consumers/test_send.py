@@ -62,6 +62,9 @@ async def test_send_streams_message_deltas_and_done_with_budget(session, owner_c
     ("frame", "what"),
     [
         ("not json", "not valid JSON"),
+        # Not JSON, though Python's decoder takes them: refused as the REST API refuses them.
+        ('{"type": "send", "content": "x", "x": NaN}', "not valid JSON"),
+        ('{"type": "send", "content": "x", "x": -Infinity}', "not valid JSON"),
         ("[1, 2]", "JSON object"),
         ('{"type": "dance"}', "Unknown frame type"),
         ('{"content": "x"}', "Unknown frame type"),
