@@ -44,11 +44,34 @@ def websocket_limit() -> int:
     return int(settings.WS_MAX_FRAME_BYTES) + WS_LIMIT_MARGIN
 
 
+def body_limit() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cadau.settings")
+    from django.conf import settings
+
+    return int(settings.HTTP_MAX_BODY_BYTES)
+
+
 class JsonRefusalsChannel(twisted_http.HTTPChannel):
     """Twisted's HTTP channel, answering what it refuses before the app sees a request in the
     API's error shape. It reads a request line and each header line up to 16 KiB, and all of
     them together up to 16 KiB; past that it closed the connection without a word (a long
     query string got an empty reply) or wrote a bare 400."""
+
+    # HTTP_MAX_BODY_BYTES, set by main().
+    max_body_bytes: int | None = None
+
+    def allHeadersReceived(self) -> None:
+        # Twisted reads a request's whole body before Daphne hands the request on, so a body
+        # announced over the cap is refused here, unread (cadau/bodylimit.py refuses one that
+        # turns out larger as it streams in). Before, 200 MB were read for a 413, and a length
+        # no client would send was waited for until the connection timed out, unanswered.
+        limit = self.max_body_bytes
+        if limit is not None and self.length is not None and self.length > limit:
+            message = f"The request body is over the limit of {limit} bytes."
+            body = {"error": {"code": "request_too_large", "message": message}}
+            self._write_refusal(413, b"Content Too Large", body)
+            return
+        super().allHeadersReceived()
 
     def lineLengthExceeded(self, line: bytes) -> None:
         if self._reading_request_line():
@@ -130,6 +153,7 @@ def startup_sweep() -> int:
 
 def main(argv: list[str]) -> None:
     http_protocol.HTTPFactory.protocol = _channel
+    JsonRefusalsChannel.max_body_bytes = body_limit()
     cli = CommandLineInterface()
     limit = websocket_limit()
     # Defaults only: --websocket-max-message-size / --websocket-max-frame-size still win.

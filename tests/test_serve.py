@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,24 @@ def test_a_long_query_string_is_a_json_414(daphne):
         head = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n"
         status, body = _raw_request(daphne, head)
         assert status == 414 and body["error"]["code"] == "uri_too_long", query_bytes
+
+
+def test_a_body_announced_over_the_cap_is_a_json_413_before_it_is_read(daphne):
+    """Before: Twisted waited for the whole body (a length no client sends: until the
+    connection timed out, unanswered; 200 MB: read, then refused)."""
+    cap = django_settings.HTTP_MAX_BODY_BYTES
+    for length in (cap + 1, 10**20):
+        head = (
+            b"POST /api/v1/chat/send HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n{" % length
+        )
+        started = time.monotonic()
+        status, body = _raw_request(daphne, head)
+        assert status == 413 and body["error"]["code"] == "request_too_large", length
+        assert str(cap) in body["error"]["message"]
+        assert time.monotonic() - started < 5
+    # Under the cap, the body is read and handed on: the app's own answer (no login here).
+    assert httpx.post(f"{daphne.url}/api/v1/chat/send", content=b"x" * 10).status_code == 403
 
 
 def test_oversized_headers_are_a_json_431_and_bad_http_a_json_400(daphne):
