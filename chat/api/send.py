@@ -21,6 +21,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import APIException
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from cadau.deferred import DeferredResponse, serving_loop
@@ -51,6 +52,26 @@ class EventStreamRenderer(BaseRenderer):
 
 
 STREAMING_RENDERERS = [JSONRenderer, EventStreamRenderer]
+
+
+class JsonErrorsView(APIView):
+    """A route that streams when asked (`Accept: text/event-stream`): its errors are JSON, and
+    say so. Rendered by the event-stream renderer they were JSON text labelled
+    `text/event-stream`, which a client reading the type would parse as events."""
+
+    renderer_classes = STREAMING_RENDERERS
+
+    def finalize_response(
+        self, request: Request, response: Any, *args: Any, **kwargs: Any
+    ) -> Response:
+        # (Typed as the stubs type it: a streamed or deferred response passes through too.)
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if isinstance(response, Response) and isinstance(
+            response.accepted_renderer, EventStreamRenderer
+        ):
+            response.accepted_renderer = JSONRenderer()
+            response.accepted_media_type = JSONRenderer.media_type
+        return response
 
 
 class SendBody(serializers.Serializer):
@@ -208,9 +229,7 @@ def _render(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponse
     return _defer(request, lambda: _json_result(run))
 
 
-class SendView(APIView):
-    renderer_classes = STREAMING_RENDERERS
-
+class SendView(JsonErrorsView):
     @extend_schema(request=SendBody, responses={200: dict})
     def post(self, request: Request) -> HttpResponseBase:
         data = SendBody(data=request.data)
@@ -235,10 +254,8 @@ def _error_render(exc: Exception, request: HttpRequest) -> HttpResponseBase:
     return response
 
 
-class RegenerateView(APIView):
+class RegenerateView(JsonErrorsView):
     """Regenerate the session's last reply (also the retry of a failed or cancelled one)."""
-
-    renderer_classes = STREAMING_RENDERERS
 
     @extend_schema(request=RegenerateBody, responses={200: dict})
     def post(self, request: Request) -> HttpResponseBase:
