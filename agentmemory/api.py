@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from agentmemory import store
 from agentmemory.clock import agent_now
+from agentmemory.frontmatter import TAG_RULE, tag_valid
 from agentmemory.hooks import entry_payload
 from agentmemory.selectors import source_message_for
 from chat.api.agents import AGENT_ID_PATH, ERRORS
@@ -47,21 +48,27 @@ class EntryListSerializer(serializers.Serializer):
     results = EntrySerializer(many=True)
 
 
+class TagField(StrictCharField):
+    """A tag as the entry's file can hold it: refused, not dropped from what was asked."""
+
+    def to_internal_value(self, data: Any) -> str:
+        tag = super().to_internal_value(data).strip().lower()
+        if not tag_valid(tag):
+            raise serializers.ValidationError(f"A tag is {TAG_RULE}.")
+        return tag
+
+
 class EntryCreateSerializer(serializers.Serializer):
     content = StrictCharField(
         required=False, allow_blank=True, trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS
     )
     source_message_id = id_field(required=False)
-    tags = serializers.ListField(
-        child=StrictCharField(max_length=40), required=False, max_length=20
-    )
+    tags = serializers.ListField(child=TagField(), required=False, max_length=20)
 
 
 class EntryUpdateSerializer(serializers.Serializer):
     content = StrictCharField(trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS)
-    tags = serializers.ListField(
-        child=StrictCharField(max_length=40), required=False, max_length=20
-    )
+    tags = serializers.ListField(child=TagField(), required=False, max_length=20)
 
 
 class EntryListQuerySerializer(serializers.Serializer):

@@ -26,6 +26,9 @@ _FIELD_RE = re.compile(r"([a-z_]+)\s*:\s*(.*)")
 # Front matter is a handful of lines; a "---" 200 lines down is a markdown rule, not a fence.
 _MAX_HEADER_LINES = 40
 _TAG_RE = re.compile(r"[^\s,\[\]:#\"']{1,40}")
+# What a tag may hold, as the API tells its clients (agentmemory/api.py).
+TAG_RULE = "1-40 characters, none of them a space, a comma, [ ] : # or a quote"
+
 MAX_TAGS = 20
 
 
@@ -51,9 +54,13 @@ def clean_tags(raw: object) -> tuple[str, ...]:
         if not isinstance(item, str):
             continue
         tag = item.strip().lower()
-        if _TAG_RE.fullmatch(tag):
+        if tag_valid(tag):
             seen.setdefault(tag, None)
     return tuple(seen)[:MAX_TAGS]
+
+
+def tag_valid(tag: str) -> bool:
+    return _TAG_RE.fullmatch(tag) is not None
 
 
 def _parse_time(value: str) -> datetime | None:

@@ -100,12 +100,18 @@ def test_source_message_must_be_mine_and_this_agents(api, owner, outsider, agent
         {"source_message_id": "abc"},
         {"content": "x" * (store.ENTRY_MAX_CHARS + 1)},
         {"content": "ok", "tags": "t"},
+        # Tags the entry's file cannot hold: refused, not dropped from what was asked.
+        {"content": "ok", "tags": ["a]\ncreated: 1999\nx: [b"]},
+        {"content": "ok", "tags": ["two words"]},
+        {"content": "ok", "tags": [""]},
+        {"content": "ok", "tags": ["x" * 41]},
     ],
 )
 def test_bad_entry_bodies_are_400(api, agent, payload):
     r = api.post(f"{_base(agent)}/entries", payload, format="json")
     assert r.status_code == 400, r.content
     assert "error" in r.json()
+    assert api.get(f"{_base(agent)}/entries").json()["results"] == []
 
 
 @pytest.mark.parametrize("name", ["Bad.Name", "..", "a b", "%2e%2e", "ÄBC", "x" * 200, ".hidden"])
@@ -218,13 +224,19 @@ def test_an_entry_is_edited_in_place(api, outsider_api, agent):
     assert edited["name"] == created["name"] and edited["content"] == "Likes green tea, no sugar."
     assert edited["tags"] == created["tags"] and edited["created"] == created["created"]
     assert api.get(url).json()["content"] == "Likes green tea, no sugar."
-    retagged = api.patch(url, {"content": "Likes green tea.", "tags": ["tea"]}, format="json")
-    assert retagged.json()["tags"] == ["tea"]
+    retagged = api.patch(url, {"content": "Likes green tea.", "tags": [" Tea "]}, format="json")
+    assert retagged.json()["tags"] == ["tea"]  # as the file keeps it
     cleared = api.patch(url, {"content": "Likes green tea.", "tags": []}, format="json")
     assert cleared.json()["tags"] == []
     assert len(api.get(f"{_base(agent)}/entries").json()["results"]) == 1
 
-    for body in ({}, {"content": "   "}, {"content": 5}, {"content": "x", "tags": "tea"}):
+    for body in (
+        {},
+        {"content": "   "},
+        {"content": 5},
+        {"content": "x", "tags": "tea"},
+        {"content": "x", "tags": ["a:b"]},
+    ):
         bad = api.patch(url, body, format="json")
         assert bad.status_code == 400, (body, bad.content)
     assert api.get(url).json()["content"] == "Likes green tea."
