@@ -27,6 +27,7 @@ if importlib.util.find_spec("uvloop") is not None:
 
 # Only now (see above): this import creates the loop.
 from daphne import http_protocol
+from daphne import server as daphne_server
 from daphne.cli import CommandLineInterface
 from twisted.web import http as twisted_http
 
@@ -151,8 +152,19 @@ def startup_sweep() -> int:
     return swept
 
 
+class ClosingWebSocketFactory(daphne_server.WebSocketFactory):
+    """Daphne's, failing a connection with a closing handshake, not a dropped TCP connection:
+    Autobahn's default dropped it at once for a message over the size limit, and the reset
+    reached the client before (or instead of) the close frame, so it saw 1006, not 1009."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.setProtocolOptions(failByDrop=False)
+
+
 def main(argv: list[str]) -> None:
     http_protocol.HTTPFactory.protocol = _channel
+    daphne_server.WebSocketFactory = ClosingWebSocketFactory
     JsonRefusalsChannel.max_body_bytes = body_limit()
     cli = CommandLineInterface()
     limit = websocket_limit()
