@@ -25,7 +25,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from chat.context import context_budget_from_db
-from chat.errors import NotLastReply, ReplyInProgress, TooManyReplies
+from chat.errors import NotFound, NotLastReply, ReplyInProgress, TooManyReplies
 from chat.events import ORIGIN, event_publish_now
 from chat.models import (
     STALE_STREAMING_SECONDS,
@@ -152,7 +152,9 @@ def _busy() -> ReplyInProgress:
 def reply_restart(*, session: ChatSession, reply: ChatMessage) -> ChatMessage:
     """Regenerate / retry: the reply row goes back to `streaming` with empty content."""
     with transaction.atomic():
-        ChatSession.objects.select_for_update().get(pk=session.pk)
+        # Deleted since the caller read it: a 404, as for any session that is not there.
+        if ChatSession.objects.select_for_update().filter(pk=session.pk).first() is None:
+            raise NotFound()
         messages = ChatMessage.objects.filter(session_id=session.pk)
         if messages.replies_live().exists():
             raise _busy()

@@ -18,7 +18,7 @@ from chat.context import (
     context_state_after_reply,
     context_state_fresh,
 )
-from chat.errors import NotLastReply
+from chat.errors import NotFound, NotLastReply
 from chat.models import Agent, ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.services.agents import agent_update
 from chat.turn import finish, prepare, replies, turn_regenerate
@@ -218,20 +218,23 @@ def test_a_finish_that_fails_midway_stores_nothing(transactional_db, session, mo
     assert stored.status == MessageStatus.STREAMING and stored.content == ""
 
 
-@pytest.mark.parametrize("race", ["truncated", "sent"])
+@pytest.mark.parametrize("race", ["truncated", "sent", "deleted"])
 def test_a_regenerate_whose_reply_went_meanwhile_is_refused_not_a_500(session, race):
     """The regenerate picks the session's last reply, then locks the session to restart it: a
     truncation in between deleted the row (its save changed nothing and raised DatabaseError,
-    a 500), a send put a newer message after it. Asked again under the lock: NotLastReply
-    (409), nothing changed."""
+    a 500), a send put a newer message after it, the session was deleted (its lock raised
+    DoesNotExist, a 500). Asked again under the lock: NotLastReply (400), NotFound (404),
+    nothing changed."""
     make_conversation(session, turns=2)
     reply = ChatMessage.objects.filter(session=session).order_by("-id").first()
     assert reply.role == MessageRole.ASSISTANT
     if race == "truncated":
         ChatMessage.objects.filter(pk=reply.pk).delete()
-    else:
+    elif race == "sent":
         ChatMessage.objects.create(session=session, role=MessageRole.USER, content="later")
+    else:
+        ChatSession.objects.filter(pk=session.pk).delete()
     before = list(ChatMessage.objects.filter(session=session).values_list("id", "status"))
-    with pytest.raises(NotLastReply):
+    with pytest.raises(NotFound if race == "deleted" else NotLastReply):
         replies.reply_restart(session=session, reply=reply)
     assert list(ChatMessage.objects.filter(session=session).values_list("id", "status")) == before
