@@ -75,8 +75,8 @@ class Recalled:
     follows: bool = False
     # recall_body_runes(role, content), as the recaller counted it pricing the piece; 0: not
     # counted (a body is never empty: it names the role). Carried so that the core's growth
-    # and the log do not count each piece's lines again (~340 pieces a send on bench ttft's
-    # 1M-message session).
+    # and the log do not count each piece's lines again (~300 pieces a send on bench ttft's
+    # 1M-message session). A piece made again with other content must count it again.
     body_runes: int = 0
 
 
@@ -165,7 +165,9 @@ def _unfollow(recalled: list[Recalled]) -> list[Recalled]:
     out: list[Recalled] = []
     for m in recalled:
         if m.follows and not (out and out[-1].id < m.id):
-            m = Recalled(m.id, m.role, m.created_at, m.content, False, m.body_runes)
+            m = Recalled(
+                m.id, m.role, m.created_at, m.content, follows=False, body_runes=m.body_runes
+            )
         out.append(m)
     return out
 

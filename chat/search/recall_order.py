@@ -20,7 +20,9 @@ def recall_runs(
         # recall_auto's `_fit` made every piece as opening a run: only the others are made
         # again.
         if out and adjacent(out[-1].id, m.id):
-            m = Recalled(m.id, m.role, m.created_at, m.content, True, m.body_runes)
+            m = Recalled(
+                m.id, m.role, m.created_at, m.content, follows=True, body_runes=m.body_runes
+            )
         out.append(m)
     return out
 
