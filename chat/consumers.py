@@ -382,8 +382,7 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
             )
             return
         try:
-            # NaN and Infinity refused, as the REST API's parser refuses them.
-            content = json.loads(text_data, parse_constant=strict_constant)
+            content = json.loads(text_data, parse_constant=strict_constant)  # no NaN, as REST
         except RecursionError:
             await self.send_json(_bad_request("The frame's JSON is nested too deeply."))
             return

@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ObjectDoesNotExist
 
 from chat.context import (
     context_budget_from_state,
@@ -41,17 +40,20 @@ from chat.llm.window import (
     window_record_overflow,
     window_record_stated,
 )
-from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.services.compaction import compaction_event_end
-from chat.shapes import compaction_started_event, done_event, error_event, message_payload
+from chat.shapes import compaction_started_event
+from chat.turn.failures import (
+    done_publish,
+    reply_cancelled_store,
+    reply_fail,
+    reply_fail_unexpected,
+)
 from chat.turn.finish import (
     ReplyResult,
     after_reply_run,
     compact_in_background,
     cut_marker,
-    reply_result_cancelled,
     reply_result_complete,
-    reply_result_failed,
     tokens_learn_from_usage,
 )
 from chat.turn.lease import lease_held
@@ -104,10 +106,8 @@ async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult
             # `done` (in the after-reply work) the reply is stored and announced already.
             result = gen.finished
             if result is None:
-                result = await asyncio.shield(
-                    in_worker(reply_result_cancelled)(turn=turn, reply=rounds.reply)
-                )
-                _publish_done(gen, result)
+                result = await asyncio.shield(reply_cancelled_store(gen, turn, rounds.reply))
+                done_publish(gen, result)
             current = asyncio.current_task()
             if current is not None and current.cancelling():
                 raise
@@ -118,20 +118,13 @@ async def reply_generate(*, turn: Turn, emit: Emit | None = None) -> ReplyResult
             if gen.finished is not None:  # past `done`: the after-reply work failed
                 logger.exception("chat_reply_after_done_failed session=%s", gen.session_id)
                 return gen.finished
-            return await _fail_unexpected(gen, turn, rounds.reply, exc)
+            return await reply_fail_unexpected(gen, turn, rounds.reply, exc)
         finally:
             gen.first_token_passed()  # a reply that ended without publishing anything
             slots.reply_ended()
             if turn.foreground is not None:
                 # At the latest: the exit held for its first token waits on the event loop.
                 foreground_exit(turn.foreground)
-
-
-def _publish_done(gen: Generation, result: ReplyResult) -> None:
-    gen.finished = result
-    gen.publish(
-        done_event(message=message_payload(result.message), context_budget=result.context_budget)
-    )
 
 
 async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> ReplyResult:
@@ -154,7 +147,7 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
         await _compact_first(gen, turn=turn, attempt=attempt)
     if attempt.payload is None:
         too_large = attempt.too_large
-        return await _fail(
+        return await reply_fail(
             gen, turn, rounds.reply, "", "context_too_large", too_large, shown=too_large
         )
     provider = get_provider()
@@ -197,14 +190,16 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
                 return failed
         except EmptyReply as exc:
             if not _near_window(attempt, model=named, finish=exc.finish):
-                return await _fail(gen, turn, rounds.reply, "", "llm_empty_reply", str(exc))
+                return await reply_fail(gen, turn, rounds.reply, "", "llm_empty_reply", str(exc))
             failed = await _overflow_recover(gen, turn, rounds, attempt, model=named, exc=exc)
             if failed is not None:
                 return failed
         except StreamInterrupted as exc:
-            return await _fail(gen, turn, rounds.reply, exc.partial, "llm_stream_cut", str(exc))
+            return await reply_fail(
+                gen, turn, rounds.reply, exc.partial, "llm_stream_cut", str(exc)
+            )
         except LLMError as exc:
-            return await _fail(gen, turn, rounds.reply, "", "llm_error", str(exc))
+            return await reply_fail(gen, turn, rounds.reply, "", "llm_error", str(exc))
         else:
             return await _complete(
                 gen, turn, rounds, attempt, outcome=outcome, model=named, started=started
@@ -291,7 +286,7 @@ async def _overflow_recover(
     when that cannot help (MAX_OVERFLOW_RETRIES, or the message alone is too large); None to
     try again."""
     if attempt.overflows >= MAX_OVERFLOW_RETRIES:
-        return await _fail(gen, turn, rounds.reply, "", "context_too_large", str(exc))
+        return await reply_fail(gen, turn, rounds.reply, "", "context_too_large", str(exc))
     attempt.overflows += 1
     assert attempt.payload is not None
     refused = attempt.payload.runes
@@ -336,7 +331,9 @@ async def _overflow_recover(
         "This message alone is too large for the model's context window "
         f"(about {learned} tokens); shorten it or split it."
     )
-    return await _fail(gen, turn, rounds.reply, "", "context_too_large", too_large, shown=too_large)
+    return await reply_fail(
+        gen, turn, rounds.reply, "", "context_too_large", too_large, shown=too_large
+    )
 
 
 def _overflow_probe(*, messages: list[Message], model: str, sent: str, exc: Exception) -> Exception:
@@ -396,104 +393,8 @@ async def _complete(
             "duration_ms": int((time.monotonic() - started) * 1000),
         },
     )
-    _publish_done(gen, finished)
+    done_publish(gen, finished)
     await in_worker(after_reply_run)(
         after=after, turn=turn, reply=finished.message, query_runes=len(turn.query)
     )
     return finished
-
-
-# Attempts at storing a reply failed by an unexpected error, and the waits between them: a
-# database restart takes a few seconds, and the streams wait for the stored row meanwhile.
-UNEXPECTED_STORE_WAITS = (0.0, 0.5, 1.0, 2.0, 4.0)
-
-
-async def _fail_unexpected(
-    gen: Generation, turn: Turn, reply: ChatMessage, exc: Exception
-) -> ReplyResult:
-    """The reply failed on something other than the model: stored `failed` with the text that
-    arrived (retried while the database comes back). When it cannot be stored, `done` carries
-    the row as it would have been stored; the row itself is left to the sweep. A reply whose
-    session was deleted under it (turn_session_delete) just ends: nothing is left to store."""
-    partial = "".join(gen.parts.get(reply.pk, ()))
-    gone = await _session_deleted(exc, session_id=gen.session_id)
-    if gone:
-        logger.info("chat_reply_session_deleted session=%s", gen.session_id)
-    else:
-        logger.error("chat_reply_failed_unexpectedly session=%s", gen.session_id, exc_info=exc)
-    code, message = "server_error", FAILURE_MESSAGES["server_error"]
-    gen.publish(error_event(code=code, message=message))
-    metadata = {"error": message, "error_code": code, "error_detail": repr(exc)[:2000]}
-    for wait in () if gone else UNEXPECTED_STORE_WAITS:
-        await asyncio.sleep(wait)
-        try:
-            result: ReplyResult = await in_worker(reply_result_failed)(
-                turn=turn,
-                reply=reply,
-                content=partial,
-                status=MessageStatus.FAILED,
-                metadata=metadata,
-            )
-            break
-        except Exception:
-            logger.warning("chat_reply_fail_store_retry session=%s", gen.session_id, exc_info=True)
-    else:
-        reply.content, reply.status = partial, MessageStatus.FAILED
-        reply.metadata = {**reply.metadata, **metadata}
-        result = ReplyResult(message=reply, context_budget=None)
-    _publish_done(gen, result)
-    return result
-
-
-async def _session_deleted(exc: Exception, *, session_id: int) -> bool:
-    """Whether `exc` is the reply's row gone with its session (not a database that is down)."""
-    if not isinstance(exc, ObjectDoesNotExist):
-        return False
-    try:
-        exists: bool = await in_worker(ChatSession.objects.filter(pk=session_id).exists)()
-    except Exception:
-        return False
-    return not exists
-
-
-# What a user is told when a reply fails. The model server's own words (its error body, a
-# host and port in a connection error) go to the log and to staff (metadata `error_detail`).
-FAILURE_MESSAGES = {
-    "llm_error": "The model could not answer; try again in a moment.",
-    "llm_stream_cut": "The model's answer was cut off; what arrived is kept.",
-    "context_too_large": "This conversation is too large for the model, even compacted.",
-    "llm_empty_reply": "The model answered with nothing; try again in a moment.",
-    "server_error": "The server failed while finishing this reply; try again.",
-}
-
-
-async def _fail(
-    gen: Generation,
-    turn: Turn,
-    reply: ChatMessage,
-    partial: str,
-    code: str,
-    error: str,
-    *,
-    shown: str | None = None,
-) -> ReplyResult:
-    """`shown`: what the user may read, when the error is our own words (else the generic
-    text of the code)."""
-    logger.warning(
-        "chat_reply_failed session=%s message=%s code=%s error=%s",
-        gen.session_id,
-        reply.pk,
-        code,
-        error,
-    )
-    message = shown or FAILURE_MESSAGES[code]
-    result = await in_worker(reply_result_failed)(
-        turn=turn,
-        reply=reply,
-        content=partial,
-        status=MessageStatus.FAILED,
-        metadata={"error": message, "error_code": code, "error_detail": error[:2000]},
-    )
-    gen.publish(error_event(code=code, message=message))
-    _publish_done(gen, result)
-    return result

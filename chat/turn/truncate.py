@@ -55,14 +55,20 @@ def _reply_still_running(session_id: int) -> int | None:
     return None
 
 
-def _cancel(session_id: int) -> None:
+def _cancel_once(session_id: int, running: int, asked: set[int], *, why: str) -> None:
+    """Ask the session's running reply to stop, once per reply: a second cancel could reach the
+    next reply a queued send starts. `why`: "truncate" or "session_delete", for the log."""
+    if running in asked:
+        return
+    asked.add(running)
+    logger.info("chat_%s_cancel session=%s reply=%s", why, session_id, running)
     try:
         async_to_sync(reply_cancel)(session_id=session_id)
     except NothingToCancel:
         pass  # it finished by itself meanwhile
     except CancelFailed:
         # The channel layer is down: the reply may still stop by itself; the wait decides.
-        logger.warning("chat_truncate_cancel_failed session=%s", session_id)
+        logger.warning("chat_%s_cancel_failed session=%s", why, session_id)
 
 
 def turn_truncate(*, user: Any, session_id: Any, message_id: int) -> Truncated:
@@ -86,13 +92,10 @@ def turn_truncate(*, user: Any, session_id: Any, message_id: int) -> Truncated:
                 pass  # a reply started between the look and the lock: stop that one too
             else:
                 return Truncated(result=result, cancelled_reply_id=cancelled)
-        elif running not in asked:
-            # Once per reply: a second cancel could reach the next reply a queued send starts.
-            asked.add(running)
-            if running:
+        else:
+            if running and running not in asked:
                 cancelled = running
-            logger.info("chat_truncate_cancel session=%s reply=%s", session.pk, running)
-            _cancel(session.pk)
+            _cancel_once(session.pk, running, asked, why="truncate")
         if time.monotonic() >= deadline:
             raise ReplyInProgress(
                 "The reply being generated could not be stopped; try again in a moment."
@@ -106,15 +109,12 @@ def turn_session_delete(*, user: Any, session_id: Any) -> None:
     spending the operator's model, holding one of the user's concurrent replies, and failing
     its final write with ERRORs. One that does not stop within CANCEL_WAIT_SECONDS is deleted
     under all the same (the user asked for the chat to go): its final write finds its row gone
-    and ends quietly (chat/turn/generate.py)."""
+    and ends quietly (chat/turn/failures.py)."""
     session = session_for_user(user=user, session_id=session_id)
     deadline = time.monotonic() + CANCEL_WAIT_SECONDS
     asked: set[int] = set()
     while (running := _reply_still_running(session.pk)) is not None:
-        if running not in asked:
-            asked.add(running)  # once per reply, as for a truncation
-            logger.info("chat_session_delete_cancel session=%s reply=%s", session.pk, running)
-            _cancel(session.pk)
+        _cancel_once(session.pk, running, asked, why="session_delete")
         if time.monotonic() >= deadline:
             logger.warning("chat_session_delete_reply_running session=%s", session.pk)
             break

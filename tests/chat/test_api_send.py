@@ -358,12 +358,12 @@ def test_a_stream_whose_final_write_fails_ends_with_error_and_done(
     the database answers again, the reply is stored `failed` with the text that arrived."""
     from django.db import OperationalError
 
-    from chat.turn import generate
+    from chat.turn import failures, generate
 
     session = ChatSessionFactory(owner=owner)
     fake_llm.script("one two three")
-    monkeypatch.setattr(generate, "UNEXPECTED_STORE_WAITS", (0.0, 0.01))
-    real_failed = generate.reply_result_failed
+    monkeypatch.setattr(failures, "UNEXPECTED_STORE_WAITS", (0.0, 0.01))
+    real_failed = failures.reply_result_failed
 
     def complete_fails(**kwargs):
         raise OperationalError("server closed the connection unexpectedly")
@@ -374,7 +374,7 @@ def test_a_stream_whose_final_write_fails_ends_with_error_and_done(
         return real_failed(**kwargs)
 
     monkeypatch.setattr(generate, "reply_result_complete", complete_fails)
-    monkeypatch.setattr(generate, "reply_result_failed", failed_store)
+    monkeypatch.setattr(failures, "reply_result_failed", failed_store)
     events = send_streaming(api, session, "hi")
     assert [e["type"] for e in events[-2:]] == ["error", "done"]
     assert events[-2]["code"] == "server_error"

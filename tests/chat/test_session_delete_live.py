@@ -78,7 +78,8 @@ async def test_a_reply_whose_session_went_from_under_it_ends_quietly(owner, fake
     # As when the reply did not stop in time: its rows are deleted while it runs.
     await database_sync_to_async(session_delete)(session=session)
     rest = b"".join([chunk async for chunk in chunks])
-    assert b"event: done" in rest
+    # `done`, with what arrived, and no "the server failed, try again" for a deleted chat.
+    assert b"event: done" in rest and b'"cancelled"' in rest and b"event: error" not in rest
     await _ended(session.pk)
     assert "chat_reply_session_deleted" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
