@@ -68,11 +68,33 @@ class JsonRefusalsChannel(twisted_http.HTTPChannel):
         # no client would send was waited for until the connection timed out, unanswered.
         limit = self.max_body_bytes
         if limit is not None and self.length is not None and self.length > limit:
-            message = f"The request body is over the limit of {limit} bytes."
-            body = {"error": {"code": "request_too_large", "message": message}}
-            self._write_refusal(413, b"Content Too Large", body)
+            self._refuse_body(limit)
             return
+        decoder = getattr(self, "_transferDecoder", None)
+        if limit is not None and self.length is None and decoder is not None:
+            # A chunked body: counted as it arrives, refused as soon as it is over.
+            handle = decoder.dataCallback
+            received = 0
+
+            def counted(data: bytes) -> None:
+                nonlocal received
+                received += len(data)
+                if received > limit:
+                    if not self._refused:
+                        self._refuse_body(limit)
+                    return
+                handle(data)
+
+            decoder.dataCallback = counted
         super().allHeadersReceived()
+
+    _refused = False
+
+    def _refuse_body(self, limit: int) -> None:
+        self._refused = True
+        message = f"The request body is over the limit of {limit} bytes."
+        body = {"error": {"code": "request_too_large", "message": message}}
+        self._write_refusal(413, b"Content Too Large", body)
 
     def lineLengthExceeded(self, line: bytes) -> None:
         if self._reading_request_line():

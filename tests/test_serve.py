@@ -162,8 +162,24 @@ def test_a_body_announced_over_the_cap_is_a_json_413_before_it_is_read(daphne):
         assert status == 413 and body["error"]["code"] == "request_too_large", length
         assert str(cap) in body["error"]["message"]
         assert time.monotonic() - started < 5
+    # Chunked: refused once what arrived is over the cap, not once all of it is in.
+    with socket.create_connection(("127.0.0.1", daphne.port), timeout=10) as raw:
+        raw.sendall(
+            b"POST /api/v1/chat/send HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        chunk = b"x" * 65536
+        reply = b""
+        with contextlib.suppress(ConnectionError):
+            for _ in range(cap // len(chunk) + 2):
+                raw.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            raw.settimeout(5)
+            while part := raw.recv(65536):
+                reply += part
+    assert reply.startswith(b"HTTP/1.1 413") and b'"request_too_large"' in reply, reply[:300]
     # Under the cap, the body is read and handed on: the app's own answer (no login here).
     assert httpx.post(f"{daphne.url}/api/v1/chat/send", content=b"x" * 10).status_code == 403
+    chunks = iter([b"x" * 1000] * 5)  # a chunked body under the cap: handed on too
+    assert httpx.post(f"{daphne.url}/api/v1/chat/send", content=chunks).status_code == 403
 
 
 def test_oversized_headers_are_a_json_431_and_bad_http_a_json_400(daphne):
