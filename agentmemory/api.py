@@ -19,7 +19,7 @@ from rest_framework.views import APIView
 
 from agentmemory import store
 from agentmemory.clock import agent_now
-from agentmemory.frontmatter import TAG_RULE, tag_valid
+from agentmemory.frontmatter import MAX_TAGS, TAG_RULE, tag_valid
 from agentmemory.hooks import entry_payload
 from agentmemory.selectors import source_message_for
 from chat.api.agents import AGENT_ID_PATH, ERRORS
@@ -63,12 +63,14 @@ class EntryCreateSerializer(serializers.Serializer):
         required=False, allow_blank=True, trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS
     )
     source_message_id = id_field(required=False)
-    tags = serializers.ListField(child=TagField(), required=False, max_length=20)
+    # One fewer than an entry holds: every created entry is also tagged `remembered`, which a
+    # 20th tag pushed out of the file's list.
+    tags = serializers.ListField(child=TagField(), required=False, max_length=MAX_TAGS - 1)
 
 
 class EntryUpdateSerializer(serializers.Serializer):
     content = StrictCharField(trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS)
-    tags = serializers.ListField(child=TagField(), required=False, max_length=20)
+    tags = serializers.ListField(child=TagField(), required=False, max_length=MAX_TAGS)
 
 
 class EntryListQuerySerializer(serializers.Serializer):

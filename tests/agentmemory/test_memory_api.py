@@ -105,6 +105,8 @@ def test_source_message_must_be_mine_and_this_agents(api, owner, outsider, agent
         {"content": "ok", "tags": ["two words"]},
         {"content": "ok", "tags": [""]},
         {"content": "ok", "tags": ["x" * 41]},
+        # 20 would push out the `remembered` every created entry gets.
+        {"content": "ok", "tags": [f"t{i}" for i in range(20)]},
     ],
 )
 def test_bad_entry_bodies_are_400(api, agent, payload):
@@ -247,3 +249,10 @@ def test_an_entry_is_edited_in_place(api, outsider_api, agent):
     # Another user's agent is a 404, and its entry is unchanged.
     assert outsider_api.patch(url, {"content": "hijacked"}, format="json").status_code == 404
     assert api.get(url).json()["content"] == "Likes green tea."
+
+
+def test_a_created_entry_with_the_most_tags_keeps_remembered(api, agent):
+    tags = [f"t{i}" for i in range(19)]
+    created = api.post(f"{_base(agent)}/entries", {"content": "ok", "tags": tags}, format="json")
+    assert created.status_code == 201, created.content
+    assert created.json()["tags"] == [*tags, "remembered"]
