@@ -20,7 +20,7 @@ from chat.context import (
     context_state_fresh,
 )
 from chat.llm import transport, window
-from chat.models import ChatSession
+from chat.models import ChatMessage, ChatSession
 from chat.turn import service
 
 
@@ -33,6 +33,22 @@ async def replies_wait(*, timeout: float = 30.0) -> None:
     mine = [task for task in service._tasks if task.get_loop() is loop]
     if mine:
         await asyncio.wait(mine, timeout=timeout)
+
+
+async def reply_settled(session: ChatSession, *, seconds: float = 20.0) -> ChatMessage:
+    """The session's one reply, once it is no longer `streaming` (replies outlive their
+    streams: a stream that ended early leaves its reply to finish and be stored)."""
+    from channels.db import database_sync_to_async
+
+    read = database_sync_to_async(
+        lambda: ChatMessage.objects.filter(session=session, role="assistant").get()
+    )
+    for _ in range(int(seconds * 10)):
+        reply: ChatMessage = await read()
+        if reply.status != "streaming":
+            return reply
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the reply of session {session.pk} is still streaming")
 
 
 def limits_clear() -> None:

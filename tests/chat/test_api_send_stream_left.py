@@ -14,9 +14,9 @@ from channels.db import database_sync_to_async
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from chat.models import ChatMessage
 from tests.chat.wsclient import loop_left_clean  # noqa: F401 (autouse)
 from tests.factories import ChatSessionFactory
+from tests.helpers import reply_settled
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,13 +53,7 @@ async def test_a_stream_whose_client_left_ends_cleanly_and_its_reply_is_stored(
     writing.cancel()  # as Django's ASGI handler does when the client disconnects
     (outcome,) = await asyncio.gather(writing, return_exceptions=True)
     assert isinstance(outcome, asyncio.CancelledError), repr(outcome)
-    for _ in range(100):
-        reply = await database_sync_to_async(
-            lambda: ChatMessage.objects.filter(session=session, role="assistant").get()
-        )()
-        if reply.status != "streaming":
-            break
-        await asyncio.sleep(0.1)
+    reply = await reply_settled(session)
     assert reply.status == "complete" and reply.content == LONG
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         gc.collect()  # a task still pending is reported when it is collected

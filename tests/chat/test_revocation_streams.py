@@ -6,7 +6,6 @@ process, a queryset update no signal sees) is found by the process's watch of it
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -16,10 +15,9 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from cadau.tokens import token_revoke
-from chat.models import ChatMessage
 from tests.chat.wsclient import loop_left_clean  # noqa: F401 (autouse)
 from tests.factories import ChatSessionFactory
-from tests.helpers import sse_parse
+from tests.helpers import reply_settled, sse_parse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,11 +79,5 @@ async def test_a_revocation_ends_the_event_stream_within_a_second(owner, fake_ll
     }
     assert not any(e["type"] == "done" for e in events)
     # The reply was not stopped: it is stored whole.
-    for _ in range(200):
-        reply = await database_sync_to_async(
-            lambda: ChatMessage.objects.filter(session=session, role="assistant").get()
-        )()
-        if reply.status != "streaming":
-            break
-        await asyncio.sleep(0.1)
+    reply = await reply_settled(session)
     assert reply.status == "complete" and reply.content == LONG
