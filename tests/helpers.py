@@ -35,6 +35,27 @@ async def replies_wait(*, timeout: float = 30.0) -> None:
         await asyncio.wait(mine, timeout=timeout)
 
 
+def token_client(user: Any) -> Any:
+    """An API client that authenticates `user` with a new token, as a program would."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def token_stream_send(user: Any, session: ChatSession, content: str = "talk") -> Any:
+    """A send of `user`'s, with a token, asking for the reply as server-sent events: the
+    streaming response, not yet read."""
+    return token_client(user).post(
+        "/api/v1/chat/send",
+        {"session_id": session.pk, "content": content},
+        format="json",
+        HTTP_ACCEPT="text/event-stream",
+    )
+
+
 async def reply_settled(session: ChatSession, *, seconds: float = 20.0) -> ChatMessage:
     """The session's one reply, once it is no longer `streaming` (replies outlive their
     streams: a stream that ended early leaves its reply to finish and be stored)."""

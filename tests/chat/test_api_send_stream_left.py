@@ -11,27 +11,14 @@ import logging
 
 import pytest
 from channels.db import database_sync_to_async
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from tests.chat.wsclient import loop_left_clean  # noqa: F401 (autouse)
 from tests.factories import ChatSessionFactory
-from tests.helpers import reply_settled
+from tests.helpers import reply_settled, token_stream_send
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LONG = " ".join(f"w{i}" for i in range(100))  # ~2 s at 20 ms a token
-
-
-def _post(owner, session):
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=owner).key}")
-    return client.post(
-        "/api/v1/chat/send",
-        {"session_id": session.pk, "content": "talk"},
-        format="json",
-        HTTP_ACCEPT="text/event-stream",
-    )
 
 
 async def test_a_stream_whose_client_left_ends_cleanly_and_its_reply_is_stored(
@@ -39,7 +26,7 @@ async def test_a_stream_whose_client_left_ends_cleanly_and_its_reply_is_stored(
 ):
     session = await database_sync_to_async(ChatSessionFactory)(owner=owner)
     fake_llm.script({"content": LONG, "token_ms": 20})
-    response = await database_sync_to_async(_post)(owner, session)
+    response = await database_sync_to_async(token_stream_send)(owner, session)
     assert response.status_code == 200
     started = asyncio.Event()
 

@@ -12,28 +12,15 @@ import pytest
 from channels.db import database_sync_to_async
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from cadau.tokens import token_revoke
 from tests.chat.wsclient import loop_left_clean  # noqa: F401 (autouse)
 from tests.factories import ChatSessionFactory
-from tests.helpers import reply_settled, sse_parse
+from tests.helpers import reply_settled, sse_parse, token_stream_send
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LONG = " ".join(f"w{i}" for i in range(400))  # ~8 s at 20 ms a token
-
-
-def _token_post(owner, session):
-    key = Token.objects.create(user=owner).key
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
-    return client.post(
-        "/api/v1/chat/send",
-        {"session_id": session.pk, "content": "talk"},
-        format="json",
-        HTTP_ACCEPT="text/event-stream",
-    )
 
 
 def _revoke_signal(owner):
@@ -61,7 +48,7 @@ def _deactivated_elsewhere(owner):
 async def test_a_revocation_ends_the_event_stream_within_a_second(owner, fake_llm, revoke):
     session = await database_sync_to_async(ChatSessionFactory)(owner=owner)
     fake_llm.script({"content": LONG, "token_ms": 20})
-    response = await database_sync_to_async(_token_post)(owner, session)
+    response = await database_sync_to_async(token_stream_send)(owner, session)
     assert response.status_code == 200
     body, revoked_at = b"", None
     async for chunk in response.streaming_content:

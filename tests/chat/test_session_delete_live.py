@@ -10,14 +10,13 @@ import logging
 
 import pytest
 from channels.db import database_sync_to_async
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from chat.models import ChatMessage, ChatSession
 from chat.services.sessions import session_delete
 from chat.turn.registry import generation_running
 from tests.chat.wsclient import loop_left_clean  # noqa: F401 (autouse)
 from tests.factories import ChatSessionFactory
+from tests.helpers import token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,17 +25,11 @@ def _words(count: int) -> str:
     return " ".join(f"w{i}" for i in range(count))  # 20 ms a token below
 
 
-def _client(owner) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=owner).key}")
-    return client
-
-
 async def _streaming(owner, fake_llm, *, words: int):
     """A session whose reply is streaming, the stream's response and its client."""
     session = await database_sync_to_async(ChatSessionFactory)(owner=owner)
     fake_llm.script({"content": _words(words), "token_ms": 20})
-    client = await database_sync_to_async(_client)(owner)
+    client = await database_sync_to_async(token_client)(owner)
     response = await database_sync_to_async(client.post)(
         "/api/v1/chat/send",
         {"session_id": session.pk, "content": "talk"},
