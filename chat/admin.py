@@ -7,8 +7,10 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import csrf_protect_m
+from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 
 from chat.errors import ChatError, InvalidInput, SearchTimeout
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
@@ -17,6 +19,7 @@ from chat.selectors import session_budget, sessions_with_budget
 from chat.services.agents import agent_config_validate
 from chat.services.compaction import session_compact
 from chat.services.sessions import session_context_reset, sessions_messages_changed
+from chat.turn import session_delete_live
 from chat.workers import background_submit
 
 _SNAPSHOT_FIELDS = ContextSnapshot.INSPECTION_FIELDS
@@ -149,6 +152,51 @@ class ChatSessionAdmin(admin.ModelAdmin):
             session_context_reset(session=session, by=str(request.user))
             count += 1
         self.message_user(request, f"Summary reset for {count} session(s).")
+
+    # A session deleted here while its reply generates: the reply is stopped first, as for
+    # the owner's DELETE, not left to spend the model under a chat that is gone.
+    def delete_model(self, request: HttpRequest, obj: ChatSession) -> None:
+        session_delete_live(session=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ChatSession]) -> None:
+        for session in queryset:
+            session_delete_live(session=session)
+
+    @csrf_protect_m
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # Django runs a confirmed delete in one transaction. On SQLite its snapshot, taken by
+        # the first read, never sees the reply's row stop streaming, so delete_model would
+        # wait out CANCEL_WAIT_SECONDS; each of session_delete_live's writes is atomic itself.
+        return self._delete_view(request, object_id, extra_context)  # type: ignore[attr-defined]
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        """The delete confirmation's list, by counts: Django's lists every row that cascades
+        (a million messages read and rendered for one page)."""
+        sessions = list(objs)
+        ids = [s.pk for s in sessions]
+        listed: list[Any] = []
+        for session in sessions:
+            listed.extend([f"Chat session: {session}", [f"{session.message_count} messages"]])
+        counts = {str(ChatSession._meta.verbose_name_plural): len(sessions)}
+        perms_needed: set[str] = set()
+        for rel in ChatSession._meta.related_objects:
+            if rel.on_delete is not models.CASCADE:
+                continue
+            model = rel.related_model
+            assert isinstance(model, type)
+            found = model._base_manager.filter(**{f"{rel.field.name}__in": ids}).count()
+            if not found:
+                continue
+            counts[str(model._meta.verbose_name_plural)] = found
+            if self.admin_site.is_registered(model) and not self.admin_site.get_model_admin(
+                model
+            ).has_delete_permission(request):
+                perms_needed.add(str(model._meta.verbose_name))
+        return listed, counts, perms_needed, []
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ChatSession]:
         # The budget column comes from the same annotation the API list uses: one query.

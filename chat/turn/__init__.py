@@ -24,7 +24,7 @@ from chat.turn.registry import reply_cancel, reply_ends, reply_resume, reply_wat
 from chat.turn.replies import streaming_sweep
 from chat.turn.rows import Turn
 from chat.turn.service import TurnResult, TurnRun, turn_open, turn_regenerate, turn_send
-from chat.turn.truncate import turn_session_delete
+from chat.turn.truncate import session_delete_live, turn_session_delete
 
 __all__ = [
     "ReplyResult",
@@ -36,6 +36,7 @@ __all__ = [
     "reply_ends",
     "reply_resume",
     "reply_watch",
+    "session_delete_live",
     "streaming_sweep",
     "turn_open",
     "turn_regenerate",

@@ -21,7 +21,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 
 from chat.errors import CancelFailed, NotFound, NothingToCancel, ReplyInProgress
-from chat.models import ChatMessage
+from chat.models import ChatMessage, ChatSession
 from chat.selectors import session_for_user
 from chat.services.sessions import TruncateResult, message_truncate, session_delete
 from chat.turn.registry import generation_running, reply_cancel, streaming_reply
@@ -104,13 +104,19 @@ def turn_truncate(*, user: Any, session_id: Any, message_id: int) -> Truncated:
 
 
 def turn_session_delete(*, user: Any, session_id: Any) -> None:
-    """Delete the session (NotFound for someone else's), stopping its running reply first, as a
-    truncation does. Else the reply went on to its end under a chat nobody can see any more:
-    spending the operator's model, holding one of the user's concurrent replies, and failing
-    its final write with ERRORs. One that does not stop within CANCEL_WAIT_SECONDS is deleted
-    under all the same (the user asked for the chat to go): its final write finds its row gone
-    and ends quietly (chat/turn/failures.py)."""
-    session = session_for_user(user=user, session_id=session_id)
+    """Delete the user's session (NotFound for someone else's), stopping its running reply
+    first (session_delete_live)."""
+    session_delete_live(session=session_for_user(user=user, session_id=session_id))
+
+
+def session_delete_live(*, session: ChatSession) -> None:
+    """Delete a session that may have a reply generating, stopping the reply first, as a
+    truncation does: the owner's DELETE and the operator's admin both come here. Else the
+    reply went on to its end under a chat nobody can see any more: spending the operator's
+    model, holding one of the user's concurrent replies, and failing its final write with
+    ERRORs. One that does not stop within CANCEL_WAIT_SECONDS is deleted under all the same
+    (the chat was asked to go): its final write finds its row gone and ends quietly
+    (chat/turn/failures.py)."""
     deadline = time.monotonic() + CANCEL_WAIT_SECONDS
     asked: set[int] = set()
     while (running := _reply_still_running(session.pk)) is not None:

@@ -137,3 +137,42 @@ def test_a_session_saved_in_the_admin_keeps_what_moved_since_its_form_was_loaded
     assert saved.messages_version == moved.messages_version > loaded.messages_version
     assert saved.context_version == moved.context_version
     assert saved.message_count == moved.message_count
+
+
+@pytest.mark.parametrize("turns", [3, 300])
+def test_a_sessions_delete_confirmation_counts_what_goes_instead_of_listing_it(
+    admin_client, turns, django_assert_max_num_queries
+):
+    # Django's confirmation lists every row that cascades: a long chat's page would read and
+    # render all its messages. Ours counts them, in the same few queries whatever the length.
+    session = ChatSessionFactory(title="long chat")
+    make_conversation(session, turns=turns)
+    ContextSnapshotFactory(session=session)
+    with django_assert_max_num_queries(12):
+        response = admin_client.get(reverse("admin:chat_chatsession_delete", args=[session.pk]))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Chat session: long chat" in page and f"{2 * turns} messages" in page
+    assert "question 0" not in page  # no message listed
+    assert f"Chat messages: {2 * turns}" in page and "Context snapshots: 1" in page
+    response = admin_client.post(
+        reverse("admin:chat_chatsession_delete", args=[session.pk]), {"post": "yes"}
+    )
+    assert response.status_code == 302
+    assert not ChatMessage.objects.filter(session_id=session.pk).exists()
+
+
+def test_a_staff_member_who_may_not_delete_messages_may_not_delete_a_session_with_them(client):
+    from django.contrib.auth.models import Permission
+
+    session = ChatSessionFactory()
+    make_conversation(session, turns=1)
+    staff = UserFactory(is_staff=True)
+    staff.user_permissions.add(
+        *Permission.objects.filter(codename__in=["view_chatsession", "delete_chatsession"])
+    )
+    client.force_login(staff)
+    url = reverse("admin:chat_chatsession_delete", args=[session.pk])
+    assert "Cannot delete" in client.get(url).content.decode()
+    assert client.post(url, {"post": "yes"}).status_code == 403
+    assert ChatMessage.objects.filter(session_id=session.pk).count() == 2

@@ -76,3 +76,32 @@ async def test_a_reply_whose_session_went_from_under_it_ends_quietly(owner, fake
     await _ended(session.pk)
     assert "chat_reply_session_deleted" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+@pytest.mark.parametrize("how", ["delete_view", "delete_selected"])
+async def test_an_operator_deleting_a_session_in_the_admin_stops_its_reply_first(
+    owner, fake_llm, caplog, how
+):
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.factories import UserFactory
+
+    session, chunks, _client = await _streaming(owner, fake_llm, words=400)
+    root = await database_sync_to_async(UserFactory)(is_staff=True, is_superuser=True)
+    admin = Client()
+    await database_sync_to_async(admin.force_login)(root)
+    if how == "delete_view":
+        url = reverse("admin:chat_chatsession_delete", args=[session.pk])
+        data = {"post": "yes"}
+    else:
+        url = reverse("admin:chat_chatsession_changelist")
+        data = {"action": "delete_selected", "_selected_action": [session.pk], "post": "yes"}
+    response = await database_sync_to_async(admin.post)(url, data)
+    assert response.status_code == 302
+    assert generation_running(session_id=session.pk) is None
+    rest = b"".join([chunk async for chunk in chunks])
+    assert b"event: done" in rest and b'"cancelled"' in rest
+    assert not await database_sync_to_async(ChatSession.objects.filter(pk=session.pk).exists)()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert "chat_session_delete_cancel" in caplog.text
