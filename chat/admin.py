@@ -7,7 +7,10 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import AdminSite
 from django.contrib.admin.options import csrf_protect_m
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
@@ -19,10 +22,49 @@ from chat.selectors import session_budget, sessions_with_budget
 from chat.services.agents import agent_config_validate
 from chat.services.compaction import session_compact
 from chat.services.sessions import session_context_reset, sessions_messages_changed
-from chat.turn import session_delete_live
+from chat.turn import session_delete_live, user_live_sessions_delete
 from chat.workers import background_submit
 
 _SNAPSHOT_FIELDS = ContextSnapshot.INSPECTION_FIELDS
+
+# A delete's confirmation page counts what goes with it: Django's collects every row that
+# cascades and renders each one, and for a chat of a million messages (or a user with many
+# chats) reads them all into one request. One COUNT over a subquery of its parents per relation
+# that cascades, however many rows. Deep enough for user -> session -> message -> vector.
+CASCADE_DEPTH = 4
+
+
+def cascade_counts(
+    *, queryset: QuerySet[Any], request: HttpRequest, admin_site: AdminSite
+) -> tuple[dict[str, int], set[str]]:
+    """Rows that deleting `queryset` deletes, by model (verbose plural), and the models among
+    them the user may not delete (Django's `perms_needed`: the delete is then refused)."""
+    model = queryset.model
+    counts: dict[str, int] = {str(model._meta.verbose_name_plural): queryset.count()}
+    perms_needed: set[str] = set()
+
+    def walk(parents: QuerySet[Any], depth: int, seen: frozenset[type[models.Model]]) -> None:
+        for rel in parents.model._meta.related_objects:
+            child = rel.related_model
+            # SET_NULL and the like leave the rows in place: only cascades are deleted.
+            cascades = isinstance(child, type) and issubclass(child, models.Model)
+            if rel.on_delete is not models.CASCADE or not cascades:
+                continue
+            rows = child._base_manager.filter(**{f"{rel.field.name}__in": parents.values("pk")})
+            found = rows.count()
+            if not found:
+                continue
+            name = str(child._meta.verbose_name_plural)
+            counts[name] = counts.get(name, 0) + found
+            if admin_site.is_registered(child) and not admin_site.get_model_admin(
+                child
+            ).has_delete_permission(request):
+                perms_needed.add(str(child._meta.verbose_name))
+            if depth < CASCADE_DEPTH and child not in seen:
+                walk(rows, depth + 1, seen | {child})
+
+    walk(queryset, 1, frozenset({model}))
+    return counts, perms_needed
 
 
 class ReadOnlyMixin:
@@ -174,28 +216,15 @@ class ChatSessionAdmin(admin.ModelAdmin):
     def get_deleted_objects(
         self, objs: Any, request: HttpRequest
     ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
-        """The delete confirmation's list, by counts: Django's lists every row that cascades
-        (a million messages read and rendered for one page)."""
         sessions = list(objs)
-        ids = [s.pk for s in sessions]
         listed: list[Any] = []
         for session in sessions:
             listed.extend([f"Chat session: {session}", [f"{session.message_count} messages"]])
-        counts = {str(ChatSession._meta.verbose_name_plural): len(sessions)}
-        perms_needed: set[str] = set()
-        for rel in ChatSession._meta.related_objects:
-            if rel.on_delete is not models.CASCADE:
-                continue
-            model = rel.related_model
-            assert isinstance(model, type)
-            found = model._base_manager.filter(**{f"{rel.field.name}__in": ids}).count()
-            if not found:
-                continue
-            counts[str(model._meta.verbose_name_plural)] = found
-            if self.admin_site.is_registered(model) and not self.admin_site.get_model_admin(
-                model
-            ).has_delete_permission(request):
-                perms_needed.add(str(model._meta.verbose_name))
+        counts, perms_needed = cascade_counts(
+            queryset=ChatSession.objects.filter(pk__in=[s.pk for s in sessions]),
+            request=request,
+            admin_site=self.admin_site,
+        )
         return listed, counts, perms_needed, []
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ChatSession]:
@@ -292,3 +321,43 @@ class ContextSnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
     readonly_fields = fields
     show_full_result_count = False
     ordering = ("-id",)
+
+
+User = get_user_model()
+
+
+class CadauUserAdmin(UserAdmin):
+    """Django's user admin, for users who own chats: a delete stops their replies first and its
+    confirmation counts their messages instead of listing every one."""
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        user_live_sessions_delete(user_id=obj.pk)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for user_id in queryset.values_list("pk", flat=True):
+            user_live_sessions_delete(user_id=user_id)
+        super().delete_queryset(request, queryset)
+
+    @csrf_protect_m
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # As ChatSessionAdmin.delete_view: the wait for a reply to stop needs fresh reads.
+        return self._delete_view(request, object_id, extra_context)  # type: ignore[attr-defined]
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        users = list(objs)
+        counts, perms_needed = cascade_counts(
+            queryset=User.objects.filter(pk__in=[u.pk for u in users]),
+            request=request,
+            admin_site=self.admin_site,
+        )
+        return [f"User: {u}" for u in users], counts, perms_needed, []
+
+
+if admin.site.is_registered(User):
+    admin.site.unregister(User)
+admin.site.register(User, CadauUserAdmin)

@@ -24,7 +24,11 @@ from chat.turn.registry import reply_cancel, reply_ends, reply_resume, reply_wat
 from chat.turn.replies import streaming_sweep
 from chat.turn.rows import Turn
 from chat.turn.service import TurnResult, TurnRun, turn_open, turn_regenerate, turn_send
-from chat.turn.truncate import session_delete_live, turn_session_delete
+from chat.turn.truncate import (
+    session_delete_live,
+    turn_session_delete,
+    user_live_sessions_delete,
+)
 
 __all__ = [
     "ReplyResult",
@@ -42,4 +46,5 @@ __all__ = [
     "turn_regenerate",
     "turn_send",
     "turn_session_delete",
+    "user_live_sessions_delete",
 ]

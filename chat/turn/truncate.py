@@ -126,3 +126,17 @@ def session_delete_live(*, session: ChatSession) -> None:
             break
         time.sleep(POLL_SECONDS)
     session_delete(session=session)
+
+
+def user_live_sessions_delete(*, user_id: int) -> None:
+    """Before a user is deleted (the admin): their sessions with a reply generating, in any
+    process, each deleted as session_delete_live does, reply stopped first; the rest go with
+    the user's own delete."""
+    live = (
+        ChatMessage.objects.filter(session__owner_id=user_id)
+        .replies_live()
+        .values_list("session_id", flat=True)
+        .distinct()
+    )
+    for session in ChatSession.objects.filter(pk__in=list(live)):
+        session_delete_live(session=session)

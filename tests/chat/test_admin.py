@@ -176,3 +176,21 @@ def test_a_staff_member_who_may_not_delete_messages_may_not_delete_a_session_wit
     assert "Cannot delete" in client.get(url).content.decode()
     assert client.post(url, {"post": "yes"}).status_code == 403
     assert ChatMessage.objects.filter(session_id=session.pk).count() == 2
+
+
+def test_a_users_delete_confirmation_counts_their_chats_rows(
+    admin_client, django_assert_max_num_queries
+):
+    owner = UserFactory(username="leaving")
+    agent = AgentFactory(owner=owner)
+    sessions = [ChatSessionFactory(owner=owner, agent=agent) for _ in range(2)]
+    for session in sessions:
+        make_conversation(session, turns=50)
+    url = reverse("admin:auth_user_delete", args=[owner.pk])
+    with django_assert_max_num_queries(16):
+        response = admin_client.get(url)
+    page = response.content.decode()
+    assert "User: leaving" in page and "question 0" not in page
+    assert "Chat messages: 200" in page and "Chat sessions: 2" in page and "Agents: 1" in page
+    assert admin_client.post(url, {"post": "yes"}).status_code == 302
+    assert not ChatMessage.objects.filter(session__in=sessions).exists()

@@ -105,3 +105,23 @@ async def test_an_operator_deleting_a_session_in_the_admin_stops_its_reply_first
     assert not await database_sync_to_async(ChatSession.objects.filter(pk=session.pk).exists)()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     assert "chat_session_delete_cancel" in caplog.text
+
+
+async def test_an_operator_deleting_a_user_stops_their_replies_first(owner, fake_llm, caplog):
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.factories import UserFactory
+
+    session, chunks, _client = await _streaming(owner, fake_llm, words=400)
+    root = await database_sync_to_async(UserFactory)(is_staff=True, is_superuser=True)
+    admin = Client()
+    await database_sync_to_async(admin.force_login)(root)
+    url = reverse("admin:auth_user_delete", args=[owner.pk])
+    response = await database_sync_to_async(admin.post)(url, {"post": "yes"})
+    assert response.status_code == 302
+    assert generation_running(session_id=session.pk) is None
+    rest = b"".join([chunk async for chunk in chunks])
+    assert b"event: done" in rest and b'"cancelled"' in rest
+    assert not await database_sync_to_async(ChatSession.objects.filter(pk=session.pk).exists)()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
