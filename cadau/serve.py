@@ -130,12 +130,36 @@ class JsonRefusalsChannel(twisted_http.HTTPChannel):
         )
         transport: Any = self.transport
         transport.write(head + data)
+        self._log_refusal(status, len(head) + len(data))
         # Half-close, then read and drop the rest: closing with unread bytes would answer them
         # with a reset, which can reach the client before the refusal does.
         for name in ("dataReceived", "lineReceived", "rawDataReceived"):
             setattr(self, name, _discard)
         transport.loseWriteConnection()
         self.setTimeout(5)
+
+
+    def _log_refusal(self, status: int, size: int) -> None:
+        # Into Daphne's access log with every other answer: a refusal made here never reaches
+        # Daphne's request, which is what writes the line, and an operator watching for
+        # oversized requests saw nothing. Method and path once the request line was parsed.
+        server = getattr(getattr(self, "factory", None), "server", None)
+        if server is None:
+            return
+        peer: Any = self.transport.getPeer() if self.transport is not None else None
+        path = getattr(self, "_path", b"-")
+        server.log_action(
+            "http",
+            "complete",
+            {
+                "path": path.decode("ascii", "replace")[:2048],
+                "status": status,
+                "method": getattr(self, "_command", b"-").decode("ascii", "replace")[:16],
+                "client": f"{peer.host}:{peer.port}" if hasattr(peer, "host") else None,
+                "time_taken": 0.0,
+                "size": size,
+            },
+        )
 
 
 def _discard(*_args: Any) -> None:

@@ -146,6 +146,7 @@ def test_a_long_query_string_is_a_json_414(daphne):
         head = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n"
         status, body = _raw_request(daphne, head)
         assert status == 414 and body["error"]["code"] == "uri_too_long", query_bytes
+    assert daphne.log_tail().count('"- -" 414') == 3, daphne.log_tail()
 
 
 def test_a_body_announced_over_the_cap_is_a_json_413_before_it_is_read(daphne):
@@ -176,6 +177,9 @@ def test_a_body_announced_over_the_cap_is_a_json_413_before_it_is_read(daphne):
             while part := raw.recv(65536):
                 reply += part
     assert reply.startswith(b"HTTP/1.1 413") and b'"request_too_large"' in reply, reply[:300]
+    # In the access log with every other answer (Daphne's request, which writes the lines,
+    # never saw these).
+    assert daphne.log_tail().count('"POST /api/v1/chat/send" 413') == 3, daphne.log_tail()
     # Under the cap, the body is read and handed on: the app's own answer (no login here).
     assert httpx.post(f"{daphne.url}/api/v1/chat/send", content=b"x" * 10).status_code == 403
     chunks = iter([b"x" * 1000] * 5)  # a chunked body under the cap: handed on too
