@@ -22,7 +22,7 @@ from chat.selectors import session_budget, sessions_with_budget
 from chat.services.agents import agent_config_validate
 from chat.services.compaction import session_compact
 from chat.services.sessions import session_context_reset, sessions_messages_changed
-from chat.turn import session_delete_live, user_live_sessions_delete
+from chat.turn import session_delete_live, user_sessions_delete_live
 from chat.workers import background_submit
 
 _SNAPSHOT_FIELDS = ContextSnapshot.INSPECTION_FIELDS
@@ -331,12 +331,12 @@ class CadauUserAdmin(UserAdmin):
     confirmation counts their messages instead of listing every one."""
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        user_live_sessions_delete(user_id=obj.pk)
+        user_sessions_delete_live(user_id=obj.pk)
         super().delete_model(request, obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         for user_id in queryset.values_list("pk", flat=True):
-            user_live_sessions_delete(user_id=user_id)
+            user_sessions_delete_live(user_id=user_id)
         super().delete_queryset(request, queryset)
 
     @csrf_protect_m

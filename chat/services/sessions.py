@@ -49,9 +49,25 @@ def session_model_set(*, session: ChatSession, model: str) -> ChatSession:
 
 
 def session_delete(*, session: ChatSession) -> None:
-    # Messages and snapshots go by ON DELETE CASCADE semantics; they have no signals or
-    # dependents, so Django fast-deletes them with one DELETE each instead of loading rows.
-    session.delete()
+    """The session and all that belongs to it, in one statement: the database's ON DELETE
+    CASCADE (cadau/dbconstraints.py) takes its messages, their vectors, its snapshots and its
+    memory-flush records. Not Django's collector: a message's vector cascades from it, so the
+    collector read every message id of the session and deleted them a hundred at a time (a
+    million-message chat: ten thousand statements in one transaction, SQLite's write lock held
+    for all of them)."""
+    _raw_delete(ChatSession.objects.filter(pk=session.pk))
+
+
+def user_sessions_delete(*, user_id: int) -> int:
+    """Every session of the user, as session_delete does one, in one statement (before the
+    user's own delete, whose collector would otherwise read all their messages' ids)."""
+    return _raw_delete(ChatSession.objects.filter(owner_id=user_id))
+
+
+def _raw_delete(queryset: Any) -> int:
+    """DELETE the rows of `queryset` in one statement, children by the database's cascades;
+    how many rows of its own model went. No model signals are sent: none are connected."""
+    return int(queryset._raw_delete(queryset.db))
 
 
 def sessions_messages_changed(*, session_ids: list[int]) -> None:
@@ -98,9 +114,8 @@ def message_truncate(
             and ChatMessage.objects.filter(session_id=locked.pk).replies_live().exists()
         ):
             raise ReplyInProgress("A reply is being generated in this session; stop it first.")
-        _, per_model = ChatMessage.objects.filter(session_id=locked.pk, id__gte=message_id).delete()
-        # Per model: rows elsewhere that cascade from messages are not "messages deleted".
-        deleted = per_model.get(ChatMessage._meta.label, 0)
+        # One statement, their vectors by the database's cascade (as session_delete).
+        deleted = _raw_delete(ChatMessage.objects.filter(session_id=locked.pk, id__gte=message_id))
         ChatSession.objects.filter(pk=locked.pk).counters_add(messages=-deleted)
         # Under the lock: the committed count, for the caller's budget.
         locked.message_count = max(0, locked.message_count - deleted)

@@ -27,7 +27,7 @@ from chat.turn.service import TurnResult, TurnRun, turn_open, turn_regenerate, t
 from chat.turn.truncate import (
     session_delete_live,
     turn_session_delete,
-    user_live_sessions_delete,
+    user_sessions_delete_live,
 )
 
 __all__ = [
@@ -46,5 +46,5 @@ __all__ = [
     "turn_regenerate",
     "turn_send",
     "turn_session_delete",
-    "user_live_sessions_delete",
+    "user_sessions_delete_live",
 ]

@@ -23,7 +23,12 @@ from asgiref.sync import async_to_sync
 from chat.errors import CancelFailed, NotFound, NothingToCancel, ReplyInProgress
 from chat.models import ChatMessage, ChatSession
 from chat.selectors import session_for_user
-from chat.services.sessions import TruncateResult, message_truncate, session_delete
+from chat.services.sessions import (
+    TruncateResult,
+    message_truncate,
+    session_delete,
+    user_sessions_delete,
+)
 from chat.turn.registry import generation_running, reply_cancel, streaming_reply
 
 logger = logging.getLogger("chat.realtime")
@@ -128,10 +133,10 @@ def session_delete_live(*, session: ChatSession) -> None:
     session_delete(session=session)
 
 
-def user_live_sessions_delete(*, user_id: int) -> None:
+def user_sessions_delete_live(*, user_id: int) -> None:
     """Before a user is deleted (the admin): their sessions with a reply generating, in any
-    process, each deleted as session_delete_live does, reply stopped first; the rest go with
-    the user's own delete."""
+    process, each deleted as session_delete_live does, reply stopped first; then the rest of
+    their sessions, in one statement."""
     live = (
         ChatMessage.objects.filter(session__owner_id=user_id)
         .replies_live()
@@ -140,3 +145,4 @@ def user_live_sessions_delete(*, user_id: int) -> None:
     )
     for session in ChatSession.objects.filter(pk__in=list(live)):
         session_delete_live(session=session)
+    user_sessions_delete(user_id=user_id)

@@ -156,15 +156,25 @@ def test_patch_rejects_empty_or_long_titles(api, owner, payload):
     assert session.title == "Keep"
 
 
-def test_delete_cascades_to_messages_and_snapshots(api, owner):
+@pytest.mark.parametrize("turns", [5, 600])
+def test_delete_cascades_to_messages_and_snapshots(api, owner, turns, django_assert_num_queries):
+    from chat.models import MessageVector
+
     session = ChatSessionFactory(owner=owner)
-    make_conversation(session, turns=5)
+    messages = make_conversation(session, turns=turns)
+    for message in messages[:3]:
+        MessageVector.objects.create(message=message, session=session, model="m", embedding=b"")
     ContextSnapshotFactory(session=session)
     survivor = ChatSessionFactory(owner=owner)
     make_conversation(survivor, turns=1)
-    assert api.delete(f"{SESSIONS}/{session.pk}").status_code == 204
+    # The database's cascades, in one DELETE: Django's collector read every message id and
+    # deleted them a hundred at a time (the vectors cascade from messages).
+    # The session, whether a reply of it runs, the DELETE.
+    with django_assert_num_queries(3):
+        assert api.delete(f"{SESSIONS}/{session.pk}").status_code == 204
     assert not ChatMessage.objects.filter(session_id=session.pk).exists()
     assert not ContextSnapshot.objects.filter(session_id=session.pk).exists()
+    assert not MessageVector.objects.exists()
     assert ChatMessage.objects.filter(session=survivor).count() == 2
 
 

@@ -155,3 +155,24 @@ def test_bad_payloads_are_400(api, session, payload):
     response = api.post(TRUNCATE, payload, format="json")
     assert response.status_code == 400
     assert set(response.json()) == {"error"}
+
+
+def test_a_long_truncation_is_one_delete_and_takes_the_vectors(session):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from chat.models import MessageVector
+
+    make_conversation(session, turns=600)
+    messages = list(session.messages.order_by("id"))
+    for message in messages[5:8]:
+        MessageVector.objects.create(message=message, session=session, model="m", embedding=b"")
+    with CaptureQueriesContext(connection) as queries:
+        result = message_truncate(session=session, message_id=messages[5].pk)
+    assert result.deleted == len(messages) - 5
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    # Django's collector read every id and deleted them a hundred at a time.
+    assert len(deletes) == 1, deletes
+    assert not MessageVector.objects.exists()
+    session.refresh_from_db()
+    assert session.message_count == 5
