@@ -138,7 +138,6 @@ class JsonRefusalsChannel(twisted_http.HTTPChannel):
         transport.loseWriteConnection()
         self.setTimeout(5)
 
-
     def _log_refusal(self, status: int, size: int) -> None:
         # Into Daphne's access log with every other answer: a refusal made here never reaches
         # Daphne's request, which is what writes the line, and an operator watching for
