@@ -145,7 +145,8 @@ class JsonRefusalsChannel(twisted_http.HTTPChannel):
         server = getattr(getattr(self, "factory", None), "server", None)
         if server is None:
             return
-        peer: Any = self.transport.getPeer() if self.transport is not None else None
+        transport: Any = self.transport
+        peer: Any = transport.getPeer() if transport is not None else None
         path = getattr(self, "_path", b"-")
         server.log_action(
             "http",
