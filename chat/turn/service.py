@@ -187,7 +187,10 @@ class TurnRun:
         if self.turn.created:
             task = self.start()
             assert task is not None
-            reply = await task
+            # Shielded: a caller that stops waiting (a JSON client that disconnected) must not
+            # cancel the reply, which outlives it like any other (awaiting a task directly
+            # passes the cancellation on to it).
+            reply = await asyncio.shield(task)
             return TurnResult(
                 user_message=user,
                 assistant_message=message_payload(reply.message),

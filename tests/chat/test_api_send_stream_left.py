@@ -45,3 +45,24 @@ async def test_a_stream_whose_client_left_ends_cleanly_and_its_reply_is_stored(
     with caplog.at_level(logging.ERROR, logger="asyncio"):
         gc.collect()  # a task still pending is reported when it is collected
     assert not [r for r in caplog.records if "pending" in r.getMessage()], caplog.text
+
+
+async def test_a_json_send_whose_client_left_still_completes_its_reply(owner, fake_llm):
+    """A JSON (not streamed) send awaits the whole reply on the loop; a client that leaves
+    meanwhile has that wait cancelled, and it took the reply down with it (stored
+    `cancelled` with what had arrived): docs/api.md says the reply does not depend on the
+    connection."""
+    from chat.turn import turn_send
+
+    session = await database_sync_to_async(ChatSessionFactory)(owner=owner)
+    fake_llm.script({"content": LONG, "token_ms": 20})
+    run = await database_sync_to_async(turn_send)(
+        user=owner, session_id=session.pk, content="talk", client_id=None
+    )
+    waiting = asyncio.ensure_future(run.result())
+    await asyncio.sleep(0.5)  # some of the reply is in
+    waiting.cancel()  # as Django's ASGI handler does when the client disconnects
+    (outcome,) = await asyncio.gather(waiting, return_exceptions=True)
+    assert isinstance(outcome, asyncio.CancelledError), repr(outcome)
+    reply = await reply_settled(session)
+    assert reply.status == "complete" and reply.content == LONG
