@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.request import Request
 from rest_framework.views import APIView
@@ -26,6 +23,7 @@ from rest_framework.views import APIView
 from chat.api import serializers as s
 from chat.api.errors import ApiError
 from chat.api.throttles import per_user
+from chat.markdown_text import markdown_fenced, markdown_plain
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.selectors import session_for_user, session_last_message_id, session_message_batch
 from chat.shapes import message_payload
@@ -41,84 +39,10 @@ def _utc(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _fenced(text: str) -> str:
-    """`text` in a code fence longer than any run of backticks inside it."""
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}\n{text}\n{fence}"
-
-
 def _markdown_head(session: ChatSession, exported_at: datetime) -> str:
     # One line: a title holding a newline must not add headings of its own.
     title = " ".join(session.title.split()) or f"Session {session.pk}"
     return f"# {title}\n\n_Exported from Cadau on {_utc(exported_at)}._\n"
-
-
-# What can make a heading (ATX or setext, also inside a quote or a list), a fence or raw HTML;
-# text without any of it is Markdown as it is, without being parsed.
-_RISKY = re.compile(r"[#<]|`{3}|~{3}|^[ \t>]*(?:=+|-+)[ \t]*$", re.M)
-# A fence line at column 0: always at the top level (indented up to 3 spaces it could belong
-# to a list item, so such text is parsed instead).
-_FENCE = re.compile(r"(`{3,}|~{3,})(.*)")
-# An ATX heading at the top level: the text is fenced, no parse needed to know it.
-_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)", re.M)
-_PROBE = "\n\n## probe\n"
-
-
-@lru_cache(maxsize=1)
-def _commonmark() -> MarkdownIt:
-    # Raw HTML on: the file is read by other renderers, which show <h2> as a heading.
-    return MarkdownIt("commonmark", {"html": True})
-
-
-def _outside_fences(text: str) -> tuple[str, bool]:
-    """The lines of `text` outside its top-level fenced code, and whether every fence it
-    opens is closed. A reply's code blocks (# comments, <tags>) are most of what makes a
-    message look risky; outside them there is usually nothing to parse for."""
-    outside: list[str] = []
-    fence = ""
-    for line in text.split("\n"):
-        match = _FENCE.fullmatch(line)
-        if not fence:
-            # A backtick fence's info string holds no backtick (else it is inline code).
-            if match and not (match[1][0] == "`" and "`" in match[2]):
-                fence = match[1]
-            else:
-                outside.append(line)
-        elif (
-            match
-            and match[1][0] == fence[0]
-            and len(match[1]) >= len(fence)
-            and not match[2].strip()
-        ):
-            fence = ""
-    return "\n".join(outside), not fence
-
-
-def _plain_markdown(text: str) -> bool:
-    """Whether `text` can go into the export as Markdown: it makes no heading and no raw
-    HTML, and leaves nothing open (a fence, an HTML block) that would swallow the headings
-    after it. Decided without parsing when the text outside its closed code blocks has nothing
-    risky (or a plain heading); else by parsing it with a heading after it, which must stay
-    the only one."""
-    if not _RISKY.search(text):
-        return True
-    outside, closed = _outside_fences(text)
-    if closed and not _RISKY.search(outside):
-        return True
-    if _HEADING.search(outside):
-        return False
-    tokens = _commonmark().parse(text + _PROBE)
-    headings = [t for t in tokens if t.type == "heading_open"]
-    html = any(t.type == "html_block" or t.type == "html_inline" for t in _walk(tokens))
-    return not html and len(headings) == 1 and tokens[-3].type == "heading_open"
-
-
-def _walk(tokens: list[Token]) -> Iterator[Token]:
-    for token in tokens:
-        yield token
-        if token.children:
-            yield from token.children
 
 
 def _code_span(text: str) -> str:
@@ -139,14 +63,14 @@ def _markdown_message(message: ChatMessage) -> str:
     parts = [f"\n## {heading} · {_utc(message.created_at)}\n"]
     if message.content:
         content = message.content
-        parts.append(f"\n{content if _plain_markdown(content) else _fenced(content)}\n")
+        parts.append(f"\n{content if markdown_plain(content) else markdown_fenced(content)}\n")
     for call in message.tool_calls or []:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict):
             function = {}
         name = _code_span(str(function.get("name", "?")))
         arguments = function.get("arguments", "")
-        parts.append(f"\n_Called {name} with:_\n\n{_fenced(str(arguments))}\n")
+        parts.append(f"\n_Called {name} with:_\n\n{markdown_fenced(str(arguments))}\n")
     return "".join(parts)
 
 
