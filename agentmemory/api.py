@@ -24,7 +24,7 @@ from agentmemory.hooks import entry_payload
 from agentmemory.selectors import source_message_for
 from chat.api.agents import AGENT_ID_PATH, ERRORS
 from chat.api.errors import ApiError
-from chat.api.fields import StrictCharField, StrictIntegerField, id_field
+from chat.api.fields import BodySerializer, StrictCharField, StrictIntegerField, id_field
 from chat.api.throttles import per_user
 from chat.rendering import render_markdown
 from chat.selectors import agent_for_user
@@ -58,7 +58,7 @@ class TagField(StrictCharField):
         return tag
 
 
-class EntryCreateSerializer(serializers.Serializer):
+class EntryCreateSerializer(BodySerializer):
     content = StrictCharField(
         required=False, allow_blank=True, trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS
     )
@@ -68,7 +68,7 @@ class EntryCreateSerializer(serializers.Serializer):
     tags = serializers.ListField(child=TagField(), required=False, max_length=MAX_TAGS - 1)
 
 
-class EntryUpdateSerializer(serializers.Serializer):
+class EntryUpdateSerializer(BodySerializer):
     content = StrictCharField(trim_whitespace=False, max_length=store.ENTRY_MAX_CHARS)
     tags = serializers.ListField(child=TagField(), required=False, max_length=MAX_TAGS)
 

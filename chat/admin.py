@@ -107,7 +107,8 @@ class AgentAdminForm(forms.ModelForm):
     def clean_config_json(self) -> Any:
         # The same rules as the API, so the admin cannot store a config the API would refuse.
         try:
-            return agent_config_validate(config=self.cleaned_data.get("config_json"))
+            config = self.cleaned_data.get("config_json")
+            return agent_config_validate(config={} if config is None else config)
         except ChatError as exc:
             raise forms.ValidationError(exc.message) from None
 

@@ -56,7 +56,6 @@ the socket was opened with ends (logout, password change, deactivation: chat/ser
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
@@ -66,7 +65,6 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
-from rest_framework.utils.json import strict_constant
 
 from chat.errors import ChatError, NotFound
 from chat.events import (
@@ -88,7 +86,7 @@ from chat.services.sockets import (
 )
 from chat.shapes import error_event
 from chat.socketsync import ReplySync
-from chat.text import json_text_problem, utf8_length_over
+from chat.text import frame_parse, utf8_length_over
 from chat.turn import reaper_ensure, reply_cancel, reply_resume, reply_watch, turn_open
 from chat.turn.registry import control_group
 from chat.workers import in_worker
@@ -381,35 +379,21 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
                 _bad_request(f"The frame is over the limit of {settings.WS_MAX_FRAME_BYTES} bytes.")
             )
             return
-        try:
-            content = json.loads(text_data, parse_constant=strict_constant)  # no NaN, as REST
-        except RecursionError:
-            await self.send_json(_bad_request("The frame's JSON is nested too deeply."))
-            return
-        except ValueError:
-            await self.send_json(_bad_request("The frame is not valid JSON."))
-            return
-        if not isinstance(content, dict):
-            await self.send_json(_bad_request("A frame must be a JSON object."))
-            return
-        # The REST API's parser applies the same check (chat/text.py).
-        problem = json_text_problem(content)
-        if problem:
-            await self.send_json(_bad_request(f"Invalid text: {problem}."))
+        # The REST API's parser checks the same (chat/text.py).
+        content, problem = frame_parse(text_data)
+        if content is None:
+            await self.send_json(_bad_request(problem))
             return
         await self.receive_json(content)
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        kind = content.get("type")
-        if kind == "send":
+        if content["type"] == "send":  # the only other type frame_parse lets in: cancel
             await self._on_send(content)
-        elif kind == "cancel":
+        else:
             try:
                 await reply_cancel(session_id=self.session_id)
             except ChatError as exc:
                 await self.send_json(_error_event(exc))
-        else:
-            await self.send_json(_bad_request(f"Unknown frame type {kind!r}; send or cancel."))
 
     async def _on_send(self, frame: dict[str, Any]) -> None:
         text, client_id = frame.get("content"), frame.get("client_id")

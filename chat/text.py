@@ -8,6 +8,7 @@ a memory file, a password hash) with a 500 far from the request that carried it.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -86,3 +87,75 @@ def quoted(text: str) -> str:
     splitlines, not a split on line feeds: a lone carriage return or U+2028 starts a line for a
     model too."""
     return "\n".join(QUOTE + line for line in text.splitlines() or [""])
+
+
+def json_object_unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs (json.loads' object_pairs_hook), refusing a key given twice
+    (ValueError): {"title": "a", "title": "b"} means one of them, and which is a guess (the
+    last for Python, the first for some proxies that inspect bodies), so neither is taken."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r}")
+            seen.add(key)
+    return data
+
+
+#: The keys each client frame type takes (docs/api.md, "WebSocket").
+FRAME_KEYS = {"send": frozenset({"type", "content", "client_id"}), "cancel": frozenset({"type"})}
+
+
+def frame_problem(frame: dict[str, Any]) -> str | None:
+    """Why a client's WebSocket frame is refused for its shape, or None: an unknown type, or a
+    key its type does not take (a `session_id` in a send went, unread, to the socket's own
+    session; as a REST body's unknown field, it is refused)."""
+    kind = frame.get("type")
+    keys = FRAME_KEYS.get(kind) if isinstance(kind, str) else None
+    if keys is None:
+        return f"Unknown frame type {kind!r}; send or cancel."
+    unknown = sorted(str(key) for key in set(frame) - keys)
+    if unknown:
+        return f"unknown field(s) in a {kind} frame: {', '.join(unknown)}"
+    return None
+
+
+def _constant_refused(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def frame_parse(text: str) -> tuple[dict[str, Any] | None, str]:
+    """A client's WebSocket frame as a JSON object, or None and why it is refused, as the REST
+    parser refuses a body: not JSON (NaN, Infinity, a key given twice), nested too deeply, not
+    an object, text that is not Unicode; then its shape (frame_problem)."""
+    try:
+        frame = json.loads(
+            text, parse_constant=_constant_refused, object_pairs_hook=json_object_unique
+        )
+    except RecursionError:
+        return None, "The frame's JSON is nested too deeply."
+    except ValueError as exc:
+        detail = f": {exc}" if str(exc).startswith("duplicate key") else ""
+        return None, f"The frame is not valid JSON{detail}."
+    if not isinstance(frame, dict):
+        return None, "A frame must be a JSON object."
+    problem = json_text_problem(frame)
+    if problem:
+        return None, f"Invalid text: {problem}."
+    problem = frame_problem(frame)
+    return (None, problem) if problem else (frame, "")
+
+
+# C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def line_problem(value: str) -> str | None:
+    """Why `value` cannot be a one-line name (a session's title, an agent's), or None: a
+    newline, a tab or another control character. A title is shown on one line in the list,
+    the page's <title>, an export's heading and a daily note's: "a\r\nSet-Cookie: x=1"
+    has no place in any of them."""
+    if _CONTROL.search(value):
+        return "contains a line break or another control character"
+    return None

@@ -93,8 +93,22 @@ async def _ws(session_id: int, owner) -> WebsocketCommunicator:
         '{"type": "send", "content": ' + SURROGATE + "}",
         '{"type": "send", "content": "a\\u0000b"}',
         '{"type": "send", "content": "ok", "client_id": ' + SURROGATE + "}",
+        # A key its type does not take, or a key given twice: as a REST body's.
+        '{"type": "send", "content": "ok", "session_id": 1}',
+        '{"type": "cancel", "message_id": 1}',
+        '{"type": "send", "content": "ok", "content": "other"}',
+        '{"type": "send", "content": NaN}',
     ],
-    ids=["deep", "surrogate", "nul", "surrogate-client-id"],
+    ids=[
+        "deep",
+        "surrogate",
+        "nul",
+        "surrogate-client-id",
+        "unknown",
+        "unknown-cancel",
+        "twice",
+        "nan",
+    ],
 )
 async def test_bad_frames_get_an_error_event_and_the_socket_stays_open(owner, fake_llm, frame):
     session = await database_sync_to_async(ChatSessionFactory)(owner=owner)

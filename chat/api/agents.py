@@ -84,7 +84,7 @@ class AgentListCreateView(APIView):
             name=data["name"],
             system_prompt=data.get("system_prompt", ""),
             model=data.get("model", ""),
-            config_json=data.get("config_json"),
+            config_json=data.get("config_json", {}),
         )
         return Response(AgentSerializer(agent).data, status=status.HTTP_201_CREATED)
 

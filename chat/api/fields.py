@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import QueryDict
 from rest_framework import serializers
 
-from chat.text import ascii_int
+from chat.text import ascii_int, line_problem
 
 MAX_DB_ID = 2**63 - 1
 
@@ -27,16 +28,57 @@ class StrictCharField(serializers.CharField):
         return str(super().to_internal_value(data))
 
 
+class LineField(StrictCharField):
+    """A one-line name: a JSON string without line breaks or other control characters."""
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        problem = line_problem(value)
+        if problem:
+            raise serializers.ValidationError(f"This field {problem}.")
+        return value
+
+
 class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer, or (in a query string) ASCII digits; not 1.0, "1.0", " 1" or "١"."""
+    """A JSON integer in a body; in a query string, ASCII digits. Not 1.0, "1.0", " 1" or "١",
+    nor "3" in a body (docs/api.md: an id there is a JSON integer), nor `?limit=`."""
+
+    def get_value(self, dictionary: Any) -> Any:
+        # DRF reads a query parameter given empty as absent (its default: `?session_id=` of a
+        # search searched every session). Present and empty is a value, and not a number.
+        if isinstance(dictionary, QueryDict) and dictionary.get(self.field_name or "") == "":
+            return ""
+        return super().get_value(dictionary)
 
     def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not _in_query_string(self):
+            self.fail("invalid")
         parsed = ascii_int(data)
         if parsed is None:
             self.fail("invalid")
         return parsed
 
 
+def _in_query_string(field: serializers.Field) -> bool:
+    """Whether `field` reads a query string (text only) rather than a JSON body (typed)."""
+    return isinstance(getattr(field.root, "initial_data", None), QueryDict)
+
+
 def id_field(**kwargs: Any) -> StrictIntegerField:
     """A database id: a positive integer that fits the column."""
     return StrictIntegerField(min_value=1, max_value=MAX_DB_ID, **kwargs)
+
+
+class BodySerializer(serializers.Serializer):
+    """A JSON body's fields: one it does not name is refused (400 `invalid`), not ignored. A
+    misspelt `{"titel": ...}` made an untitled session, and `session_id` in a socket's send
+    frame went, unread, to the socket's own session."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(key) for key in set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {"non_field_errors": [f"unknown field(s): {', '.join(unknown)}"]}
+                )
+        return super().to_internal_value(data)

@@ -5,20 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 from rest_framework.utils import json
 
-from chat.text import json_text_problem
+from chat.text import json_object_unique, json_text_problem
 
 
 class JSONParser(parsers.JSONParser):
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
-        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
-            # NaN and Infinity refused, as DRF's STRICT_JSON does.
-            data = json.loads(stream.read().decode(encoding), parse_constant=json.strict_constant)
+            # UTF-8 whatever `charset` the Content-Type names (JSON is UTF-8, RFC 8259): with
+            # `charset=latin-1` a valid UTF-8 body was stored garbled ("cafÃ©") and a Latin-1
+            # one accepted. NaN and Infinity refused, as DRF's STRICT_JSON does.
+            data = json.loads(
+                stream.read().decode("utf-8"),
+                parse_constant=json.strict_constant,
+                object_pairs_hook=json_object_unique,
+            )
         except RecursionError:
             # A document nested thousands of levels deep ([[[[...) exhausts the decoder.
             raise ParseError("JSON parse error - nested too deeply") from None

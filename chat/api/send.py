@@ -16,7 +16,6 @@ from django.db import close_old_connections
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers
 from rest_framework.authtoken.models import Token
 from rest_framework.exceptions import APIException
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -26,7 +25,7 @@ from rest_framework.views import APIView
 
 from cadau.deferred import DeferredResponse, serving_loop
 from chat.api.errors import UNAVAILABLE_ERRORS, exception_handler
-from chat.api.fields import StrictCharField, id_field
+from chat.api.fields import BodySerializer, StrictCharField, id_field
 from chat.api.throttles import per_user
 from chat.errors import ChatError
 from chat.selectors import session_for_user
@@ -74,7 +73,7 @@ class JsonErrorsView(APIView):
         return response
 
 
-class SendBody(serializers.Serializer):
+class SendBody(BodySerializer):
     session_id = id_field()
     # Its length and text are the turn service's to check (CHAT_MAX_MESSAGE_RUNES), alike for
     # the WebSocket.
@@ -82,12 +81,12 @@ class SendBody(serializers.Serializer):
     client_id = StrictCharField(required=False, allow_null=True, allow_blank=True, max_length=64)
 
 
-class RegenerateBody(serializers.Serializer):
+class RegenerateBody(BodySerializer):
     session_id = id_field()
     message_id = id_field(required=False)
 
 
-class CompactBody(serializers.Serializer):
+class CompactBody(BodySerializer):
     instructions = StrictCharField(required=False, allow_blank=True, max_length=2000)
 
 

@@ -10,7 +10,13 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from chat.api.fields import StrictCharField, StrictIntegerField, id_field
+from chat.api.fields import (
+    BodySerializer,
+    LineField,
+    StrictCharField,
+    StrictIntegerField,
+    id_field,
+)
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
 from chat.selectors import session_budget
 from chat.shapes import message_payload
@@ -109,13 +115,13 @@ class SessionListQuerySerializer(serializers.Serializer):
     cursor = StrictCharField(required=False)
 
 
-class SessionCreateSerializer(serializers.Serializer):
-    title = StrictCharField(max_length=TITLE_MAX, required=False, allow_blank=True)
+class SessionCreateSerializer(BodySerializer):
+    title = LineField(max_length=TITLE_MAX, required=False, allow_blank=True)
     agent_id = id_field(required=False, allow_null=True)
 
 
-class SessionUpdateSerializer(serializers.Serializer):
-    title = StrictCharField(max_length=TITLE_MAX, allow_blank=False, required=False)
+class SessionUpdateSerializer(BodySerializer):
+    title = LineField(max_length=TITLE_MAX, allow_blank=False, required=False)
     model = StrictCharField(
         max_length=200,
         allow_blank=True,
@@ -171,7 +177,7 @@ class TurnsQuerySerializer(serializers.Serializer):
     cursor = StrictCharField(required=False)
 
 
-class TruncateRequestSerializer(serializers.Serializer):
+class TruncateRequestSerializer(BodySerializer):
     session_id = id_field()
     message_id = id_field()
 

@@ -18,6 +18,7 @@ from cadau.contextconfig import context_over_cap
 from chat.context.prompt import model_allowed
 from chat.errors import InvalidConfig, InvalidInput
 from chat.models import Agent
+from chat.text import line_problem
 from chat.tools import tools_enabled_for, tools_registered
 
 NAME_MAX = 100
@@ -69,8 +70,7 @@ def agent_config_validate(*, config: Any, capped: bool = False) -> dict[str, Any
     """The checked `config_json`, or InvalidConfig naming the key.
     Unknown keys and wrong types are refused rather than ignored: a typo such as
     `memory_auto_extact` must not silently leave extraction on."""
-    if config is None:
-        return {}
+    # null too: `{"config_json": null}` wiped an agent's config as if it were {}.
     if not isinstance(config, dict):
         raise _invalid("config_json must be a JSON object")
     unknown = sorted(set(config) - set(CONFIG_KEYS))
@@ -186,7 +186,17 @@ def _checked_text(value: Any, *, field: str, limit: int, required: bool = False)
         raise InvalidInput(f"{field} must not be empty")
     if len(value) > limit:
         raise InvalidInput(f"{field} is longer than {limit} characters")
-    return value.strip() if field == "name" else value
+    if field != "name":
+        return value
+    value = value.strip()
+    problem = line_problem(value)
+    if problem:
+        raise InvalidInput(f"name {problem}")
+    return value
+
+
+# A keyword not given (None is a value the caller may pass, and is refused).
+_UNSET: Any = object()
 
 
 def agent_create(
@@ -195,7 +205,7 @@ def agent_create(
     name: str,
     system_prompt: str = "",
     model: str = "",
-    config_json: Any = None,
+    config_json: Any = _UNSET,
 ) -> Agent:
     capped = not user.is_staff
     return Agent.objects.create(
@@ -203,7 +213,9 @@ def agent_create(
         name=_checked_text(name, field="name", limit=NAME_MAX, required=True),
         system_prompt=_checked_text(system_prompt, field="system_prompt", limit=SYSTEM_PROMPT_MAX),
         model=_checked_model(model, capped=capped),
-        config_json=agent_config_validate(config=config_json, capped=capped),
+        config_json=agent_config_validate(
+            config={} if config_json is _UNSET else config_json, capped=capped
+        ),
     )
 
 
@@ -216,9 +228,6 @@ def _checked_model(value: Any, *, capped: bool) -> str:
             "server's default)"
         )
     return model
-
-
-_UNSET: Any = object()
 
 
 def agent_update(

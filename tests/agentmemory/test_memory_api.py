@@ -98,6 +98,8 @@ def test_source_message_must_be_mine_and_this_agents(api, owner, outsider, agent
         {"content": "   "},
         {"content": 5},
         {"source_message_id": "abc"},
+        {"source_message_id": "1"},  # an id in a body is a JSON integer
+        {"content": "ok", "unknown": 1},  # a field the route does not take
         {"content": "x" * (store.ENTRY_MAX_CHARS + 1)},
         {"content": "ok", "tags": "t"},
         # Tags the entry's file cannot hold: refused, not dropped from what was asked.
