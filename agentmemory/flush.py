@@ -47,7 +47,7 @@ from chat.context.summarise import (
     transcript_text,
 )
 from chat.llm import LLMError, get_provider
-from chat.markdown_text import markdown_fenced, markdown_plain
+from chat.markdown_text import markdown_code_span, markdown_fenced, markdown_plain
 from chat.models import EXCLUDED_FROM_MODEL, Agent, ChatMessage, ChatSession
 from chat.services.agents import agent_settings
 
@@ -85,16 +85,16 @@ def _marker(*, session_id: int, from_id: int, to_id: int) -> str:
 
 
 def note_line(message: FlushMessage, *, clip: int) -> str:
-    """A message as the daily note shows it. One line follows its label; more lines go in a
-    block of their own, as Markdown where that cannot add or hide a heading, else fenced (as
-    the export does): after the label, a fence a message opened and closed started midway
-    through its first line, and the closing one opened a block that swallowed the turns
-    after it."""
+    """A message as the daily note shows it, under its label and only there. More than one
+    line goes in a fence of its own: as Markdown it could write a label of its own (a turn of
+    the assistant's that never happened, which the agent reading its notes would take for
+    one), a heading, or a fence that swallows the turns after it. One line stays on the
+    label's line, in a code span when it could make raw HTML (the export's rule)."""
     text = transcript_text(message, clip=clip)
     label = f"**{message.role}** (#{message.id}):"
-    if "\n" not in text:
-        return f"{label} {text}"
-    return f"{label}\n\n{text if markdown_plain(text) else markdown_fenced(text)}"
+    if "\n" in text:
+        return f"{label}\n\n{markdown_fenced(text)}"
+    return f"{label} {text if markdown_plain(text) else markdown_code_span(text)}"
 
 
 def _note_body(messages: Sequence[FlushMessage], *, session_id: int, marker: str) -> str:

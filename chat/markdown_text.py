@@ -19,6 +19,14 @@ def markdown_fenced(text: str) -> str:
     return f"{fence}\n{text}\n{fence}"
 
 
+def markdown_code_span(text: str) -> str:
+    """`text` on one line as inline code, whatever backticks it holds."""
+    line = " ".join(text.split()) or "?"
+    longest = max((len(run) for run in re.findall(r"`+", line)), default=0)
+    ticks = "`" * (longest + 1)
+    return f"{ticks} {line} {ticks}" if longest else f"`{line}`"
+
+
 # What can make a heading (ATX or setext, also inside a quote or a list), a fence or raw HTML;
 # text without any of it is Markdown as it is, without being parsed.
 _RISKY = re.compile(r"[#<]|`{3}|~{3}|^[ \t>]*(?:=+|-+)[ \t]*$", re.M)

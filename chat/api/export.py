@@ -8,7 +8,6 @@ async because Django serves a synchronous one under ASGI by reading it whole fir
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -23,7 +22,7 @@ from rest_framework.views import APIView
 from chat.api import serializers as s
 from chat.api.errors import ApiError
 from chat.api.throttles import per_user
-from chat.markdown_text import markdown_fenced, markdown_plain
+from chat.markdown_text import markdown_code_span, markdown_fenced, markdown_plain
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.selectors import session_for_user, session_last_message_id, session_message_batch
 from chat.shapes import message_payload
@@ -45,14 +44,6 @@ def _markdown_head(session: ChatSession, exported_at: datetime) -> str:
     return f"# {title}\n\n_Exported from Cadau on {_utc(exported_at)}._\n"
 
 
-def _code_span(text: str) -> str:
-    """`text` on one line as inline code, whatever backticks it holds."""
-    line = " ".join(text.split()) or "?"
-    longest = max((len(run) for run in re.findall(r"`+", line)), default=0)
-    ticks = "`" * (longest + 1)
-    return f"{ticks} {line} {ticks}" if longest else f"`{line}`"
-
-
 def _markdown_message(message: ChatMessage) -> str:
     """A message under its own heading. Its text is Markdown when it cannot add or hide a
     heading (`_plain_markdown`), else it is fenced: a message or a tool's name must not make
@@ -68,7 +59,7 @@ def _markdown_message(message: ChatMessage) -> str:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict):
             function = {}
-        name = _code_span(str(function.get("name", "?")))
+        name = markdown_code_span(str(function.get("name", "?")))
         arguments = function.get("arguments", "")
         parts.append(f"\n_Called {name} with:_\n\n{markdown_fenced(str(arguments))}\n")
     return "".join(parts)
