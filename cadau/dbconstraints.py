@@ -4,8 +4,10 @@ Django 5.2 implements `on_delete=CASCADE` and `SET_NULL` in the ORM: it deletes 
 child rows itself and creates every foreign key with no action. A raw `DELETE FROM
 chat_sessions` (an operator's psql session, a retention job in SQL, another service sharing the
 database) then fails on the constraint. `ForeignKeyOnDelete` adds the action to the constraint
-itself, per vendor, keeping the models' `on_delete` as it is (the ORM still deletes in Python
-first, so its signals keep firing; the database's action is what a raw statement gets):
+itself, per vendor, keeping the models' `on_delete` as it is. Cadau's own deletes of sessions
+and messages are such raw statements too (chat/services/sessions.py): Django's collector read
+every message id of a session to cascade to their vectors. `tests/test_db_on_delete.py`
+checks that every relation under a session is listed here and that none has a delete signal:
 
 - PostgreSQL: the constraint is dropped and added again with the same name (Django's schema
   editor finds foreign keys by column, not by name, so later migrations still find it), still

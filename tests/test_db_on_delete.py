@@ -10,7 +10,14 @@ from django.db.migrations.executor import MigrationExecutor
 
 from agentmemory.models import MemoryFlush
 from cadau.dbconstraints import DB_ON_DELETE, _q, references_rewrite
-from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
+from chat.models import (
+    Agent,
+    ChatMessage,
+    ChatSession,
+    ContextSnapshot,
+    MessageVector,
+    SnapshotOutcome,
+)
 from tests.factories import AgentFactory, ChatSessionFactory, make_conversation
 
 BEFORE = [("chat", "0004_agent_memory_uuid"), ("agentmemory", "0001_initial")]
@@ -185,3 +192,36 @@ def test_the_sqlite_rewrite_touches_only_the_named_key_and_is_idempotent():
     assert back == CREATE
     with pytest.raises(ValueError, match="found 0 times"):
         references_rewrite(create_sql=CREATE, column="x_id", to_table="agents", action="CASCADE")
+
+
+def test_what_a_session_deletes_is_all_in_the_databases_cascades():
+    """Deleting a session, a truncation and the admin's user delete are one raw DELETE
+    (chat/services/sessions.py): the database's ON DELETE does the rest, and no model signal
+    is sent. Every relation under a session (its messages' too) must then be in DB_ON_DELETE,
+    and no model among them may have a delete receiver, else a new foreign key would make every
+    session delete fail on its constraint, and a new receiver would be skipped."""
+    from django.db import models
+    from django.db.models.signals import post_delete, pre_delete
+
+    listed = {(table, column) for table, column, _to, _action in DB_ON_DELETE}
+    walked: set[type[models.Model]] = set()
+    stack: list[type[models.Model]] = [ChatSession]
+    while stack:
+        model = stack.pop()
+        if model in walked:
+            continue
+        walked.add(model)
+        assert not pre_delete.has_listeners(model), model
+        assert not post_delete.has_listeners(model), model
+        # Hidden ones too (related_name="+", as the vectors' session key).
+        relations = [
+            f
+            for f in model._meta.get_fields(include_hidden=True)
+            if f.auto_created and not f.concrete and (f.one_to_many or f.one_to_one)
+        ]
+        for rel in relations:
+            child = rel.related_model
+            assert (child._meta.db_table, rel.field.column) in listed, (child, rel.field.name)
+            if rel.on_delete is models.CASCADE:
+                stack.append(child)
+    assert {ChatMessage, ContextSnapshot, MemoryFlush, MessageVector} <= walked
