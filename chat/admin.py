@@ -9,62 +9,48 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import AdminSite
 from django.contrib.admin.options import csrf_protect_m
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
-from django.db import models
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from chat.errors import ChatError, InvalidInput, SearchTimeout
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
 from chat.search.selectors import message_ids_search_admin
-from chat.selectors import session_budget, sessions_with_budget
+from chat.selectors import rows_cascading, session_budget, sessions_with_budget
 from chat.services.agents import agent_config_validate
 from chat.services.compaction import session_compact
-from chat.services.sessions import session_context_reset, sessions_messages_changed
-from chat.turn import session_delete_live, user_sessions_delete_live
+from chat.services.sessions import (
+    session_context_reset,
+    session_delete,
+    sessions_messages_changed,
+    user_sessions_delete,
+)
+from chat.turn import session_delete_live, session_replies_stop, user_replies_stop
 from chat.workers import background_submit
 
 _SNAPSHOT_FIELDS = ContextSnapshot.INSPECTION_FIELDS
 
-# A delete's confirmation page counts what goes with it: Django's collects every row that
-# cascades and renders each one, and for a chat of a million messages (or a user with many
-# chats) reads them all into one request. One COUNT over a subquery of its parents per relation
-# that cascades, however many rows. Deep enough for user -> session -> message -> vector.
-CASCADE_DEPTH = 4
 
-
-def cascade_counts(
-    *, queryset: QuerySet[Any], request: HttpRequest, admin_site: AdminSite
-) -> tuple[dict[str, int], set[str]]:
-    """Rows that deleting `queryset` deletes, by model (verbose plural), and the models among
-    them the user may not delete (Django's `perms_needed`: the delete is then refused)."""
-    model = queryset.model
-    counts: dict[str, int] = {str(model._meta.verbose_name_plural): queryset.count()}
-    perms_needed: set[str] = set()
-
-    def walk(parents: QuerySet[Any], depth: int, seen: frozenset[type[models.Model]]) -> None:
-        for rel in parents.model._meta.related_objects:
-            child = rel.related_model
-            # SET_NULL and the like leave the rows in place: only cascades are deleted.
-            cascades = isinstance(child, type) and issubclass(child, models.Model)
-            if rel.on_delete is not models.CASCADE or not cascades:
-                continue
-            rows = child._base_manager.filter(**{f"{rel.field.name}__in": parents.values("pk")})
-            found = rows.count()
-            if not found:
-                continue
-            name = str(child._meta.verbose_name_plural)
-            counts[name] = counts.get(name, 0) + found
-            if admin_site.is_registered(child) and not admin_site.get_model_admin(
-                child
-            ).has_delete_permission(request):
-                perms_needed.add(str(child._meta.verbose_name))
-            if depth < CASCADE_DEPTH and child not in seen:
-                walk(rows, depth + 1, seen | {child})
-
-    walk(queryset, 1, frozenset({model}))
-    return counts, perms_needed
+def deleted_objects(
+    *, queryset: QuerySet[Any], listed: list[Any], request: HttpRequest, admin_site: AdminSite
+) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+    """Django's `get_deleted_objects` for a delete confirmation, by counts: Django's collects
+    and renders every row that cascades, and for a chat of a million messages (or a user with
+    many chats) read them all into one request (chat.selectors.rows_cascading)."""
+    cascade = rows_cascading(queryset=queryset)
+    counts = {str(m._meta.verbose_name_plural): n for m, n in cascade.counts.items()}
+    perms_needed = {
+        str(model._meta.verbose_name)
+        for model in cascade.counts
+        if model is not queryset.model
+        and admin_site.is_registered(model)
+        and not admin_site.get_model_admin(model).has_delete_permission(request)
+    }
+    protected = [f"{n} {m._meta.verbose_name_plural}" for m, n in cascade.protected.items()]
+    return listed, counts, perms_needed, protected
 
 
 class ReadOnlyMixin:
@@ -197,22 +183,26 @@ class ChatSessionAdmin(admin.ModelAdmin):
         self.message_user(request, f"Summary reset for {count} session(s).")
 
     # A session deleted here while its reply generates: the reply is stopped first, as for
-    # the owner's DELETE, not left to spend the model under a chat that is gone.
-    def delete_model(self, request: HttpRequest, obj: ChatSession) -> None:
-        session_delete_live(session=obj)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ChatSession]) -> None:
-        for session in queryset:
-            session_delete_live(session=session)
-
+    # the owner's DELETE, not left to spend the model under a chat that is gone. Before
+    # Django's transaction (on SQLite its snapshot would never see the reply settle), and only
+    # for a request Django will then let delete (CSRF, permission).
     @csrf_protect_m
     def delete_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        # Django runs a confirmed delete in one transaction. On SQLite its snapshot, taken by
-        # the first read, never sees the reply's row stop streaming, so delete_model would
-        # wait out CANCEL_WAIT_SECONDS; each of session_delete_live's writes is atomic itself.
-        return self._delete_view(request, object_id, extra_context)  # type: ignore[attr-defined]
+        if request.method == "POST":
+            obj = self.get_object(request, unquote(object_id))
+            if obj is not None and self.has_delete_permission(request, obj):
+                session_replies_stop(session_id=obj.pk)
+        return super().delete_view(request, object_id, extra_context)
+
+    def delete_model(self, request: HttpRequest, obj: ChatSession) -> None:
+        session_delete(session=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ChatSession]) -> None:
+        # The action (delete_selected) runs outside a transaction: each stops, then goes.
+        for session in queryset:
+            session_delete_live(session=session)
 
     def get_deleted_objects(
         self, objs: Any, request: HttpRequest
@@ -221,12 +211,10 @@ class ChatSessionAdmin(admin.ModelAdmin):
         listed: list[Any] = []
         for session in sessions:
             listed.extend([f"Chat session: {session}", [f"{session.message_count} messages"]])
-        counts, perms_needed = cascade_counts(
-            queryset=ChatSession.objects.filter(pk__in=[s.pk for s in sessions]),
-            request=request,
-            admin_site=self.admin_site,
+        queryset = ChatSession.objects.filter(pk__in=[s.pk for s in sessions])
+        return deleted_objects(
+            queryset=queryset, listed=listed, request=request, admin_site=self.admin_site
         )
-        return listed, counts, perms_needed, []
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ChatSession]:
         # The budget column comes from the same annotation the API list uses: one query.
@@ -328,35 +316,45 @@ User = get_user_model()
 
 
 class CadauUserAdmin(UserAdmin):
-    """Django's user admin, for users who own chats: a delete stops their replies first and its
-    confirmation counts their messages instead of listing every one."""
-
-    def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        user_sessions_delete_live(user_id=obj.pk)
-        super().delete_model(request, obj)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        for user_id in queryset.values_list("pk", flat=True):
-            user_sessions_delete_live(user_id=user_id)
-        super().delete_queryset(request, queryset)
+    """Django's user admin, for users who own chats: a delete stops their replies first, their
+    sessions go in one statement each (chat.services.sessions.user_sessions_delete, not the
+    collector reading every message), and its confirmation counts instead of listing."""
 
     @csrf_protect_m
     def delete_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        # As ChatSessionAdmin.delete_view: the wait for a reply to stop needs fresh reads.
-        return self._delete_view(request, object_id, extra_context)  # type: ignore[attr-defined]
+        # As ChatSessionAdmin.delete_view.
+        if request.method == "POST":
+            obj = self.get_object(request, unquote(object_id))
+            if obj is not None and self.has_delete_permission(request, obj):
+                user_replies_stop(user_id=obj.pk)
+        return super().delete_view(request, object_id, extra_context)
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        user_sessions_delete(user_id=obj.pk)
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        user_ids = list(queryset.values_list("pk", flat=True))
+        for user_id in user_ids:
+            user_replies_stop(user_id=user_id)
+        # One transaction, as Django's delete view has: no user left without their chats.
+        with transaction.atomic():
+            for user_id in user_ids:
+                user_sessions_delete(user_id=user_id)
+            super().delete_queryset(request, queryset)
 
     def get_deleted_objects(
         self, objs: Any, request: HttpRequest
     ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
         users = list(objs)
-        counts, perms_needed = cascade_counts(
+        return deleted_objects(
             queryset=User.objects.filter(pk__in=[u.pk for u in users]),
+            listed=[f"User: {u}" for u in users],
             request=request,
             admin_site=self.admin_site,
         )
-        return [f"User: {u}" for u in users], counts, perms_needed, []
 
 
 if admin.site.is_registered(User):

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import CASCADE, PROTECT, RESTRICT, Model, Q, QuerySet
 from django.db.models.functions import Substr
 
 from cadau.contextconfig import ContextConfig
@@ -354,3 +354,56 @@ def session_default_model(*, session: ChatSession | None) -> str:
     """What "default" means in a chat's model picker: its agent's model, else the server's."""
     agent = session.agent if session is not None else None
     return agent_model(agent=agent) or str(provider_info()["model"])
+
+
+@dataclass(frozen=True, slots=True)
+class Cascade:
+    """What deleting some rows takes with it (`rows_cascading`)."""
+
+    counts: dict[type[Model], int]
+    # Models whose rows would refuse the delete (PROTECT, RESTRICT), with how many.
+    protected: dict[type[Model], int]
+
+
+# Deep enough for user -> session -> message -> vector; a model met again is not walked twice.
+CASCADE_DEPTH = 4
+
+
+def rows_cascading(*, queryset: QuerySet[Any]) -> Cascade:
+    """The rows deleting `queryset` deletes, by model, counted and never read: one COUNT over
+    a subquery of their parents per relation that cascades (Django's delete confirmation read
+    and listed every one, a million messages for one chat)."""
+    counts: dict[type[Model], int] = {queryset.model: queryset.count()}
+    protected: dict[type[Model], int] = {}
+
+    def walk(parents: QuerySet[Any], depth: int, seen: frozenset[type[Model]]) -> None:
+        for rel in parents.model._meta.related_objects:
+            child = rel.related_model
+            if not (isinstance(child, type) and issubclass(child, Model)):
+                continue
+            # SET_NULL and the like leave the rows in place.
+            if rel.on_delete not in (CASCADE, PROTECT, RESTRICT):
+                continue
+            rows = child._base_manager.filter(**{f"{rel.field.name}__in": parents.values("pk")})
+            found = rows.count()
+            if not found:
+                continue
+            if rel.on_delete is not CASCADE:
+                protected[child] = protected.get(child, 0) + found
+                continue
+            counts[child] = counts.get(child, 0) + found
+            if depth < CASCADE_DEPTH and child not in seen:
+                walk(rows, depth + 1, seen | {child})
+
+    walk(queryset, 1, frozenset({queryset.model}))
+    return Cascade(counts=counts, protected=protected)
+
+
+def user_live_session_ids(*, user_id: int) -> list[int]:
+    """The user's sessions with a reply generating, in any process (a `streaming` row)."""
+    return list(
+        ChatMessage.objects.filter(session__owner_id=user_id)
+        .replies_live()
+        .values_list("session_id", flat=True)
+        .distinct()
+    )

@@ -26,8 +26,9 @@ from chat.turn.rows import Turn
 from chat.turn.service import TurnResult, TurnRun, turn_open, turn_regenerate, turn_send
 from chat.turn.truncate import (
     session_delete_live,
+    session_replies_stop,
     turn_session_delete,
-    user_sessions_delete_live,
+    user_replies_stop,
 )
 
 __all__ = [
@@ -41,10 +42,11 @@ __all__ = [
     "reply_resume",
     "reply_watch",
     "session_delete_live",
+    "session_replies_stop",
     "streaming_sweep",
     "turn_open",
     "turn_regenerate",
     "turn_send",
     "turn_session_delete",
-    "user_sessions_delete_live",
+    "user_replies_stop",
 ]

@@ -22,13 +22,8 @@ from asgiref.sync import async_to_sync
 
 from chat.errors import CancelFailed, NotFound, NothingToCancel, ReplyInProgress
 from chat.models import ChatMessage, ChatSession
-from chat.selectors import session_for_user
-from chat.services.sessions import (
-    TruncateResult,
-    message_truncate,
-    session_delete,
-    user_sessions_delete,
-)
+from chat.selectors import session_for_user, user_live_session_ids
+from chat.services.sessions import TruncateResult, message_truncate, session_delete
 from chat.turn.registry import generation_running, reply_cancel, streaming_reply
 
 logger = logging.getLogger("chat.realtime")
@@ -116,33 +111,32 @@ def turn_session_delete(*, user: Any, session_id: Any) -> None:
 
 def session_delete_live(*, session: ChatSession) -> None:
     """Delete a session that may have a reply generating, stopping the reply first, as a
-    truncation does: the owner's DELETE and the operator's admin both come here. Else the
-    reply went on to its end under a chat nobody can see any more: spending the operator's
-    model, holding one of the user's concurrent replies, and failing its final write with
-    ERRORs. One that does not stop within CANCEL_WAIT_SECONDS is deleted under all the same
-    (the chat was asked to go): its final write finds its row gone and ends quietly
-    (chat/turn/failures.py)."""
-    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
-    asked: set[int] = set()
-    while (running := _reply_still_running(session.pk)) is not None:
-        _cancel_once(session.pk, running, asked, why="session_delete")
-        if time.monotonic() >= deadline:
-            logger.warning("chat_session_delete_reply_running session=%s", session.pk)
-            break
-        time.sleep(POLL_SECONDS)
+    truncation does (session_replies_stop): the owner's DELETE and the admin's action both
+    come here."""
+    session_replies_stop(session_id=session.pk)
     session_delete(session=session)
 
 
-def user_sessions_delete_live(*, user_id: int) -> None:
-    """Before a user is deleted (the admin): their sessions with a reply generating, in any
-    process, each deleted as session_delete_live does, reply stopped first; then the rest of
-    their sessions, in one statement."""
-    live = (
-        ChatMessage.objects.filter(session__owner_id=user_id)
-        .replies_live()
-        .values_list("session_id", flat=True)
-        .distinct()
-    )
-    for session in ChatSession.objects.filter(pk__in=list(live)):
-        session_delete_live(session=session)
-    user_sessions_delete(user_id=user_id)
+def session_replies_stop(*, session_id: int) -> None:
+    """Before a session is deleted: stop its running reply, in whatever process runs it, and
+    wait up to CANCEL_WAIT_SECONDS for it to settle. Else the reply went on to its end under a
+    chat nobody can see any more: spending the operator's model, holding one of the user's
+    concurrent replies, and failing its final write with ERRORs. One that does not stop in
+    time is deleted under all the same (the chat was asked to go): its final write finds its
+    row gone and ends quietly (chat/turn/failures.py). Outside any transaction: on SQLite its
+    snapshot would never see the reply's row settle."""
+    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+    asked: set[int] = set()
+    while (running := _reply_still_running(session_id)) is not None:
+        _cancel_once(session_id, running, asked, why="session_delete")
+        if time.monotonic() >= deadline:
+            logger.warning("chat_session_delete_reply_running session=%s", session_id)
+            break
+        time.sleep(POLL_SECONDS)
+
+
+def user_replies_stop(*, user_id: int) -> None:
+    """Before a user is deleted (the admin): session_replies_stop for each of their sessions
+    with a reply generating."""
+    for session_id in user_live_session_ids(user_id=user_id):
+        session_replies_stop(session_id=session_id)

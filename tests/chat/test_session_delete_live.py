@@ -125,3 +125,27 @@ async def test_an_operator_deleting_a_user_stops_their_replies_first(owner, fake
     assert b"event: done" in rest and b'"cancelled"' in rest
     assert not await database_sync_to_async(ChatSession.objects.filter(pk=session.pk).exists)()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
+async def test_an_admin_delete_without_its_csrf_token_stops_nothing(owner, fake_llm):
+    # The reply is stopped before Django's delete view runs: only for a request that view
+    # will then carry out.
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.factories import UserFactory
+
+    session, chunks, _client = await _streaming(owner, fake_llm, words=400)
+    root = await database_sync_to_async(UserFactory)(is_staff=True, is_superuser=True)
+    admin = Client(enforce_csrf_checks=True)
+    await database_sync_to_async(admin.force_login)(root)
+    for url in (
+        reverse("admin:chat_chatsession_delete", args=[session.pk]),
+        reverse("admin:auth_user_delete", args=[owner.pk]),
+    ):
+        response = await database_sync_to_async(admin.post)(url, {"post": "yes"})
+        assert response.status_code == 403
+    assert generation_running(session_id=session.pk) is not None
+    assert await database_sync_to_async(ChatSession.objects.filter(pk=session.pk).exists)()
+    await database_sync_to_async(session_delete)(session=session)  # end it for the teardown
+    b"".join([chunk async for chunk in chunks])
