@@ -159,3 +159,9 @@ def line_problem(value: str) -> str | None:
     if _CONTROL.search(value):
         return "contains a line break or another control character"
     return None
+
+
+def line_plain(value: str) -> str:
+    """`value` as one line, what line_problem would refuse turned to spaces, runs of
+    whitespace made one: for a name Cadau writes itself (an automatic title)."""
+    return " ".join(_CONTROL.sub(" ", value).split())

@@ -22,6 +22,7 @@ from chat.llm import get_provider
 from chat.llm.base import SUMMARY_MARKER, LLMError
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.shapes import title_event
+from chat.text import line_plain
 from chat.workers import background_submit
 
 logger = logging.getLogger("chat.titles")
@@ -47,7 +48,9 @@ _in_flight_lock = threading.Lock()
 
 
 def _plain(line: str) -> str:
-    return " ".join(_EMPHASIS.sub("", _LINE_START.sub("", line)).split())
+    # One clean line, as the API requires of a title it is given (an escape sequence, a
+    # bell, DEL: line_problem).
+    return line_plain(_EMPHASIS.sub("", _LINE_START.sub("", line)))
 
 
 def title_from_words(text: str) -> str:
@@ -56,7 +59,7 @@ def title_from_words(text: str) -> str:
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     # A line of markup alone ("***") keeps its characters: a session must end up named, or
     # every reply would try again.
-    line = _plain(line) or " ".join(line.split())
+    line = _plain(line) or line_plain(line)
     limit = 20 if _CJK.search(line[:40]) and " " not in line[:20] else TITLE_MAX_RUNES
     if len(line) <= limit:
         return line

@@ -53,6 +53,8 @@ def _title(session) -> str:
         ("x" * 100, "x" * 60 + "…"),
         ("***", "***"),
         ("`", "`"),
+        # One clean line, as the API requires of a title it is given.
+        ("\x1b[31mred\x07 alert\x7f", "[31mred alert"),
     ],
 )
 def test_title_from_words(text, title):
@@ -68,6 +70,7 @@ def test_title_from_words(text, title):
         ("标题：给房东的邮件。", "给房东的邮件"),
         ("\n\n", ""),
         ("y" * 80, "y" * 60 + "…"),
+        ("Bell\x07 and\x1b escape", "Bell and escape"),
     ],
 )
 def test_title_clean(answer, title):
