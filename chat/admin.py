@@ -53,6 +53,26 @@ def deleted_objects(
     return listed, counts, perms_needed, protected
 
 
+class RepliesStoppedFirst(admin.ModelAdmin):
+    """A delete view that stops the replies generating under what it deletes first, as the
+    owner's DELETE does, not leaving them to spend the model under a chat that is gone. Before
+    Django's transaction (on SQLite its snapshot would never see a reply settle), and only for
+    a request Django will then carry out (CSRF, permission)."""
+
+    def replies_stop(self, obj: Any) -> None:
+        raise NotImplementedError
+
+    @csrf_protect_m
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if request.method == "POST":
+            obj = self.get_object(request, unquote(object_id))
+            if obj is not None and self.has_delete_permission(request, obj):
+                self.replies_stop(obj)
+        return super().delete_view(request, object_id, extra_context)
+
+
 class ReadOnlyMixin:
     """Snapshots are an audit trail: written only by the context engine and truncation."""
 
@@ -109,7 +129,7 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(ChatSession)
-class ChatSessionAdmin(admin.ModelAdmin):
+class ChatSessionAdmin(RepliesStoppedFirst):
     list_display = (
         "id",
         "title",
@@ -182,19 +202,8 @@ class ChatSessionAdmin(admin.ModelAdmin):
             count += 1
         self.message_user(request, f"Summary reset for {count} session(s).")
 
-    # A session deleted here while its reply generates: the reply is stopped first, as for
-    # the owner's DELETE, not left to spend the model under a chat that is gone. Before
-    # Django's transaction (on SQLite its snapshot would never see the reply settle), and only
-    # for a request Django will then let delete (CSRF, permission).
-    @csrf_protect_m
-    def delete_view(
-        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        if request.method == "POST":
-            obj = self.get_object(request, unquote(object_id))
-            if obj is not None and self.has_delete_permission(request, obj):
-                session_replies_stop(session_id=obj.pk)
-        return super().delete_view(request, object_id, extra_context)
+    def replies_stop(self, obj: Any) -> None:
+        session_replies_stop(session_id=obj.pk)
 
     def delete_model(self, request: HttpRequest, obj: ChatSession) -> None:
         session_delete(session=obj)
@@ -315,21 +324,13 @@ class ContextSnapshotAdmin(ReadOnlyMixin, admin.ModelAdmin):
 User = get_user_model()
 
 
-class CadauUserAdmin(UserAdmin):
+class CadauUserAdmin(RepliesStoppedFirst, UserAdmin):
     """Django's user admin, for users who own chats: a delete stops their replies first, their
     sessions go in one statement each (chat.services.sessions.user_sessions_delete, not the
     collector reading every message), and its confirmation counts instead of listing."""
 
-    @csrf_protect_m
-    def delete_view(
-        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        # As ChatSessionAdmin.delete_view.
-        if request.method == "POST":
-            obj = self.get_object(request, unquote(object_id))
-            if obj is not None and self.has_delete_permission(request, obj):
-                user_replies_stop(user_id=obj.pk)
-        return super().delete_view(request, object_id, extra_context)
+    def replies_stop(self, obj: Any) -> None:
+        user_replies_stop(user_id=obj.pk)
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         user_sessions_delete(user_id=obj.pk)

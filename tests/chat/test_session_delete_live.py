@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.urls import reverse
 
 from chat.models import ChatMessage, ChatSession
 from chat.services.sessions import session_delete
@@ -78,27 +80,20 @@ async def test_a_reply_whose_session_went_from_under_it_ends_quietly(owner, fake
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
-@pytest.mark.parametrize("how", ["delete_view", "delete_selected"])
-async def test_an_operator_deleting_a_session_in_the_admin_stops_its_reply_first(
-    owner, fake_llm, caplog, how
-):
+async def _admin(**kwargs: Any) -> Any:
+    """A logged-in superuser's client for the admin."""
     from django.test import Client
-    from django.urls import reverse
 
     from tests.factories import UserFactory
 
-    session, chunks, _client = await _streaming(owner, fake_llm, words=400)
     root = await database_sync_to_async(UserFactory)(is_staff=True, is_superuser=True)
-    admin = Client()
+    admin = Client(**kwargs)
     await database_sync_to_async(admin.force_login)(root)
-    if how == "delete_view":
-        url = reverse("admin:chat_chatsession_delete", args=[session.pk])
-        data = {"post": "yes"}
-    else:
-        url = reverse("admin:chat_chatsession_changelist")
-        data = {"action": "delete_selected", "_selected_action": [session.pk], "post": "yes"}
-    response = await database_sync_to_async(admin.post)(url, data)
-    assert response.status_code == 302
+    return admin
+
+
+async def _stopped_then_deleted(session, chunks, caplog) -> None:
+    """The reply was stopped (its stream ended `cancelled`) before its session went."""
     assert generation_running(session_id=session.pk) is None
     rest = b"".join([chunk async for chunk in chunks])
     assert b"event: done" in rest and b'"cancelled"' in rest
@@ -107,38 +102,35 @@ async def test_an_operator_deleting_a_session_in_the_admin_stops_its_reply_first
     assert "chat_session_delete_cancel" in caplog.text
 
 
-async def test_an_operator_deleting_a_user_stops_their_replies_first(owner, fake_llm, caplog):
-    from django.test import Client
-    from django.urls import reverse
-
-    from tests.factories import UserFactory
-
+@pytest.mark.parametrize("how", ["delete_view", "delete_selected"])
+async def test_an_operator_deleting_a_session_in_the_admin_stops_its_reply_first(
+    owner, fake_llm, caplog, how
+):
     session, chunks, _client = await _streaming(owner, fake_llm, words=400)
-    root = await database_sync_to_async(UserFactory)(is_staff=True, is_superuser=True)
-    admin = Client()
-    await database_sync_to_async(admin.force_login)(root)
-    url = reverse("admin:auth_user_delete", args=[owner.pk])
-    response = await database_sync_to_async(admin.post)(url, {"post": "yes"})
+    if how == "delete_view":
+        url = reverse("admin:chat_chatsession_delete", args=[session.pk])
+        data = {"post": "yes"}
+    else:
+        url = reverse("admin:chat_chatsession_changelist")
+        data = {"action": "delete_selected", "_selected_action": [session.pk], "post": "yes"}
+    response = await database_sync_to_async((await _admin()).post)(url, data)
     assert response.status_code == 302
-    assert generation_running(session_id=session.pk) is None
-    rest = b"".join([chunk async for chunk in chunks])
-    assert b"event: done" in rest and b'"cancelled"' in rest
-    assert not await database_sync_to_async(ChatSession.objects.filter(pk=session.pk).exists)()
-    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    await _stopped_then_deleted(session, chunks, caplog)
+
+
+async def test_an_operator_deleting_a_user_stops_their_replies_first(owner, fake_llm, caplog):
+    session, chunks, _client = await _streaming(owner, fake_llm, words=400)
+    url = reverse("admin:auth_user_delete", args=[owner.pk])
+    response = await database_sync_to_async((await _admin()).post)(url, {"post": "yes"})
+    assert response.status_code == 302
+    await _stopped_then_deleted(session, chunks, caplog)
 
 
 async def test_an_admin_delete_without_its_csrf_token_stops_nothing(owner, fake_llm):
     # The reply is stopped before Django's delete view runs: only for a request that view
     # will then carry out.
-    from django.test import Client
-    from django.urls import reverse
-
-    from tests.factories import UserFactory
-
     session, chunks, _client = await _streaming(owner, fake_llm, words=400)
-    root = await database_sync_to_async(UserFactory)(is_staff=True, is_superuser=True)
-    admin = Client(enforce_csrf_checks=True)
-    await database_sync_to_async(admin.force_login)(root)
+    admin = await _admin(enforce_csrf_checks=True)
     for url in (
         reverse("admin:chat_chatsession_delete", args=[session.pk]),
         reverse("admin:auth_user_delete", args=[owner.pk]),
