@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 
 from chat.errors import ChatError, InvalidInput, SearchTimeout
-from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot
+from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot, MessageStatus
 from chat.search.selectors import message_ids_search_admin
 from chat.selectors import rows_cascading, session_budget, sessions_with_budget
 from chat.services.agents import agent_config_validate
@@ -54,7 +54,7 @@ def deleted_objects(
 
 
 class RepliesStoppedFirst(admin.ModelAdmin):
-    """A delete view that stops the replies generating under what it deletes first, as the
+    """A delete view that stops the replies generating in what it deletes first, as the
     owner's DELETE does, not leaving them to spend the model under a chat that is gone. Before
     Django's transaction (on SQLite its snapshot would never see a reply settle), and only for
     a request Django will then carry out (CSRF, permission)."""
@@ -240,7 +240,7 @@ class ChatSessionAdmin(RepliesStoppedFirst):
 
 
 @admin.register(ChatMessage)
-class ChatMessageAdmin(admin.ModelAdmin):
+class ChatMessageAdmin(RepliesStoppedFirst):
     list_display = ("id", "session", "role", "status", "short_content", "created_at")
     list_filter = ("role", "status")
     list_select_related = ("session",)
@@ -284,11 +284,20 @@ class ChatMessageAdmin(admin.ModelAdmin):
         moved = [was_in] if was_in is not None and was_in != obj.session_id else []
         sessions_messages_changed(session_ids=[obj.session_id, *moved])
 
+    def replies_stop(self, obj: Any) -> None:
+        # A reply deleted while it generates (a secret it is writing out): stopped first, not
+        # left to spend the model and write into a row that is gone.
+        if obj.status == MessageStatus.STREAMING:
+            session_replies_stop(session_id=obj.session_id)
+
     def delete_model(self, request: HttpRequest, obj: ChatMessage) -> None:
         super().delete_model(request, obj)
         sessions_messages_changed(session_ids=[obj.session_id])
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[ChatMessage]) -> None:
+        streaming = queryset.filter(status=MessageStatus.STREAMING)
+        for session_id in streaming.values_list("session_id", flat=True).distinct():
+            session_replies_stop(session_id=session_id)
         session_ids = list(queryset.values_list("session_id", flat=True).distinct())
         super().delete_queryset(request, queryset)
         sessions_messages_changed(session_ids=session_ids)

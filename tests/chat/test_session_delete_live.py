@@ -141,3 +141,24 @@ async def test_an_admin_delete_without_its_csrf_token_stops_nothing(owner, fake_
     assert await database_sync_to_async(ChatSession.objects.filter(pk=session.pk).exists)()
     await database_sync_to_async(session_delete)(session=session)  # end it for the teardown
     b"".join([chunk async for chunk in chunks])
+
+
+@pytest.mark.parametrize("how", ["delete_view", "delete_selected"])
+async def test_an_operator_deleting_a_streaming_reply_stops_it_first(owner, fake_llm, caplog, how):
+    session, chunks, _client = await _streaming(owner, fake_llm, words=400)
+    reply = await database_sync_to_async(
+        ChatMessage.objects.filter(session=session, role="assistant").get
+    )()
+    if how == "delete_view":
+        url = reverse("admin:chat_chatmessage_delete", args=[reply.pk])
+        data: dict[str, Any] = {"post": "yes"}
+    else:
+        url = reverse("admin:chat_chatmessage_changelist")
+        data = {"action": "delete_selected", "_selected_action": [reply.pk], "post": "yes"}
+    response = await database_sync_to_async((await _admin()).post)(url, data)
+    assert response.status_code == 302
+    assert generation_running(session_id=session.pk) is None
+    rest = b"".join([chunk async for chunk in chunks])
+    assert b"event: done" in rest and b'"cancelled"' in rest
+    assert not await database_sync_to_async(ChatMessage.objects.filter(pk=reply.pk).exists)()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
