@@ -167,10 +167,11 @@ def test_delete_cascades_to_messages_and_snapshots(api, owner, turns, django_ass
     ContextSnapshotFactory(session=session)
     survivor = ChatSessionFactory(owner=owner)
     make_conversation(survivor, turns=1)
-    # The database's cascades, in one DELETE: Django's collector read every message id and
-    # deleted them a hundred at a time (the vectors cascade from messages).
-    # The session, whether a reply of it runs, the DELETE.
-    with django_assert_num_queries(3):
+    # The database's cascades, in a DELETE per SESSION_DELETE_CHUNK messages and one for the
+    # session: Django's collector read every message id first, and deleted them a hundred at
+    # a time (the vectors cascade from messages). The session, whether a reply of it runs,
+    # one chunk, the empty one that ends the loop, the session.
+    with django_assert_num_queries(5):
         assert api.delete(f"{SESSIONS}/{session.pk}").status_code == 204
     assert not ChatMessage.objects.filter(session_id=session.pk).exists()
     assert not ContextSnapshot.objects.filter(session_id=session.pk).exists()
@@ -277,3 +278,20 @@ def test_inactive_user_token_is_refused(owner):
         "/api/v1/auth/token", {"username": "gone", "password": "pw-for-tests-1"}, format="json"
     )
     assert_error(response, 400)
+
+
+def test_a_long_session_goes_a_chunk_a_statement(api, owner, monkeypatch):
+    # Each its own transaction outside a caller's: on SQLite a statement holds the database's
+    # write lock, and a long chat's messages in one went on for seconds.
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr("chat.services.sessions.SESSION_DELETE_CHUNK", 100)
+    session = ChatSessionFactory(owner=owner)
+    make_conversation(session, turns=250)  # 500 messages
+    with CaptureQueriesContext(connection) as queries:
+        assert api.delete(f"{SESSIONS}/{session.pk}").status_code == 204
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    assert len(deletes) == 5 + 1 + 1, deletes  # five chunks, the empty one, the session
+    assert not ChatMessage.objects.filter(session_id=session.pk).exists()
+    assert not any("SAVEPOINT" in q["sql"] for q in queries.captured_queries)
