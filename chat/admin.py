@@ -335,8 +335,8 @@ User = get_user_model()
 
 class CadauUserAdmin(RepliesStoppedFirst, UserAdmin):
     """Django's user admin, for users who own chats: a delete stops their replies first, their
-    sessions go in one statement each (chat.services.sessions.user_sessions_delete, not the
-    collector reading every message), and its confirmation counts instead of listing."""
+    sessions go as a session's DELETE has them go (chat.services.sessions.user_sessions_delete,
+    not the collector reading every message), and its confirmation counts, not lists."""
 
     def replies_stop(self, obj: Any) -> None:
         user_replies_stop(user_id=obj.pk)

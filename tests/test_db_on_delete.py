@@ -195,7 +195,7 @@ def test_the_sqlite_rewrite_touches_only_the_named_key_and_is_idempotent():
 
 
 def test_what_a_session_deletes_is_all_in_the_databases_cascades():
-    """Deleting a session, a truncation and the admin's user delete are one raw DELETE
+    """Deleting a session, a truncation and the admin's user delete are raw DELETEs
     (chat/services/sessions.py): the database's ON DELETE does the rest, and no model signal
     is sent. Every relation under a session (its messages' too) must then be in DB_ON_DELETE,
     and no model among them may have a delete receiver, else a new foreign key would make every
