@@ -64,9 +64,10 @@ import orjson
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth import HASH_SESSION_KEY
 from django.db import InterfaceError, OperationalError
 
-from chat.errors import ChatError, NotFound
+from chat.errors import ChatError, LoginEnded, NotFound
 from chat.events import (
     ORIGIN,
     LocalSocket,
@@ -146,6 +147,8 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
             await self.close(code=CLOSE_TRY_LATER)
             return
         session_key = getattr(self.scope.get("session"), "session_key", None) or ""
+        # Read when the login was (the middleware loaded the session): checked on every send.
+        self._login_hash = str(self.scope["session"].get(HASH_SESSION_KEY) or "")
         if not await self._register(user_id=user.pk, session_key=session_key):
             return
         self.session_id = session.pk
@@ -175,6 +178,7 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
         # The login this socket was opened with has ended (`_revoke`): nothing more is done
         # for it, whatever frames are still in flight.
         self._revoked = False
+        self._login_hash = ""  # the login's session auth hash, read when it connects
         # Frames in the current minute, against WS_MAX_FRAMES_PER_MINUTE.
         self._frames = (0, 0)
         # This side has sent its close: what the client sent before it saw the close, and events
@@ -424,7 +428,11 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
                 content=text,
                 client_id=client_id,
                 abandoned=lambda: self._revoked,
+                login_hash=self._login_hash,
             )
+        except LoginEnded:
+            self._revoke()  # as the message that did not reach this process would have
+            return
         except ChatError as exc:
             events = [_error_event(exc)]
         except DB_UNAVAILABLE:

@@ -41,6 +41,17 @@ class NotFound(ChatError, Http404):
         super().__init__(message, code=code)
 
 
+class LoginEnded(ChatError):
+    """The login a socket was opened with has ended (its password changed) and no message
+    reached the socket to close it (another process changed it, with no shared channel
+    layer): the send is refused and the socket closed, as that message would have."""
+
+    code = "not_authenticated"
+
+    def __init__(self, message: str = "Your login has ended; log in again.") -> None:
+        super().__init__(message)
+
+
 class InvalidInput(ChatError):
     code = "invalid"
 

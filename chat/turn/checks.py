@@ -6,10 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.utils.crypto import constant_time_compare
 
 from cadau.limits import limit_hit
 from chat.context import SystemPrompt, context_check_fits, system_prompt_load
-from chat.errors import InvalidInput, MessageTooLarge, Throttled
+from chat.errors import InvalidInput, LoginEnded, MessageTooLarge, Throttled
 from chat.models import ChatSession
 from chat.selectors import session_for_user
 from chat.text import text_problem
@@ -51,6 +52,8 @@ class SendRequest:
     session_id: Any
     content: Any
     client_id: Any
+    # The socket's login: the session auth hash it was opened with (None: not a socket).
+    login_hash: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +84,26 @@ def send_checked(*, send: SendRequest) -> CheckedSend:
     SQLite a transaction holds the whole database's write lock, and a burst of sends queued on
     it (with SQLite's sleeping busy handler) for every millisecond of checking done inside."""
     session = session_for_user(user=send.user, session_id=send.session_id)
+    if send.login_hash is not None and not login_hash_current(
+        user=session.owner, login_hash=send.login_hash
+    ):
+        raise LoginEnded()
     content = validate_content(content=send.content)
     client_id = validate_client_id(client_id=send.client_id)
     prompt = system_prompt_load(session=session)
     context_check_fits(session=session, prompt=prompt, content=content)
     return CheckedSend(session=session, content=content, client_id=client_id, prompt=prompt)
+
+
+def login_hash_current(*, user: Any, login_hash: str) -> bool:
+    """Whether a login made with `login_hash` (Django's session auth hash) still stands for
+    `user`, as Django's own get_user decides it (SECRET_KEY_FALLBACKS too): a password
+    changed since ends it. Checked on a socket's every send, for free (the session's read
+    loads its owner): a password changed in another process closes the user's sockets only
+    through a channel layer the processes share."""
+    if constant_time_compare(login_hash, user.get_session_auth_hash()):
+        return True
+    return any(
+        constant_time_compare(login_hash, user._get_session_auth_hash(secret=secret))
+        for secret in settings.SECRET_KEY_FALLBACKS
+    )

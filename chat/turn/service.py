@@ -267,13 +267,22 @@ def _run_store(*, send: SendRequest, abandoned: Callable[[], bool] | None = None
     return run
 
 
-def turn_send(*, user: Any, session_id: Any, content: Any, client_id: Any) -> TurnRun:
+def turn_send(
+    *, user: Any, session_id: Any, content: Any, client_id: Any, login_hash: str | None = None
+) -> TurnRun:
     """A send (sync: one trip to the database): the rate, then the checks, the store and the
     prepare. While another reply of the session is generating, the run is `queued` and
     `ready()` waits for its turn. Raises Throttled, NotFound, InvalidInput, MessageTooLarge,
-    and ReplyInProgress when the send may not queue."""
+    LoginEnded (a socket's `login_hash` no longer current), and ReplyInProgress when the send
+    may not queue."""
     send_rate_check(user=user)
-    send = SendRequest(user=user, session_id=session_id, content=content, client_id=client_id)
+    send = SendRequest(
+        user=user,
+        session_id=session_id,
+        content=content,
+        client_id=client_id,
+        login_hash=login_hash,
+    )
     run = _run_store(send=send)
     return run if run is not None else TurnRun(send=send)
 
@@ -285,11 +294,16 @@ async def turn_open(
     content: Any,
     client_id: Any,
     abandoned: Callable[[], bool] | None = None,
+    login_hash: str | None = None,
 ) -> TurnRun:
     """`turn_send` in a worker thread, then its wait in the queue: for callers on the event
     loop (the WebSocket)."""
     run: TurnRun = await in_worker(turn_send)(
-        user=user, session_id=session_id, content=content, client_id=client_id
+        user=user,
+        session_id=session_id,
+        content=content,
+        client_id=client_id,
+        login_hash=login_hash,
     )
     await run.ready(stream=False, abandoned=abandoned)
     return run

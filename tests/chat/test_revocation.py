@@ -436,3 +436,27 @@ async def test_revocations_close_sockets_held_by_another_server_process(daphne, 
         await asyncio.sleep(0.2)
         await in_thread(_deactivate)(owner.pk)
         assert await close_code(c) == REVOKED
+
+
+async def test_a_password_changed_where_no_message_reaches_this_process_ends_the_socket_at_its_send(
+    owner, fake_llm
+):
+    """Another process changed the password, and no channel layer the two share carried the
+    revocation here (make run's in-memory layer; a probe did it from `manage.py shell`): the
+    socket's next send is refused and the socket closed, nothing stored, the model not
+    called. Before, the send was stored and answered on the ended login."""
+    from django.contrib.auth.hashers import make_password
+
+    session = await new_session(owner)
+    ws = await ws_open(session.pk, await cookie_of(owner))
+    await assert_open(ws, fake_llm)
+    stored, calls = await count_of(session), fake_llm.count("chat")
+    # As another process: the row changes, no signal here, no revocation message.
+    await database_sync_to_async(get_user_model().objects.filter(pk=owner.pk).update)(
+        password=make_password("changed-elsewhere-123")
+    )
+    await ws.send_json_to({"type": "send", "content": "sent after the password changed"})
+    code, _ = await closed_with(ws)
+    assert code == REVOKED
+    assert await count_of(session) == stored and fake_llm.count("chat") == calls
+    await ws.disconnect()
