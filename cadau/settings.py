@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import os
 import tempfile
-import zoneinfo
 from pathlib import Path
 
 import environ
@@ -16,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from cadau.contextconfig import config_path_find, load_chat_context
 from cadau.envparse import env_bool, env_int, env_strict
 from cadau.rates import RATE_DEFAULTS, rate_parse
+from cadau.zones import zone_known
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -280,10 +280,8 @@ USE_I18N = True
 # An IANA name (Asia/Shanghai). Stored times are UTC; this is the zone daily notes are dated
 # in for agents without one of their own (agentmemory/clock.py), and the admin's display zone.
 TIME_ZONE: str = env.str("TIME_ZONE", default="UTC").strip()
-try:
-    zoneinfo.ZoneInfo(TIME_ZONE)
-except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-    raise ImproperlyConfigured(f"TIME_ZONE: not an IANA time zone name: {TIME_ZONE!r}") from exc
+if not zone_known(TIME_ZONE):
+    raise ImproperlyConfigured(f"TIME_ZONE: not an IANA time zone name: {TIME_ZONE[:100]!r}")
 USE_TZ = True
 
 # --- Static files: served by the app itself (whitenoise), no CDN -----------------------------

@@ -26,11 +26,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from cadau.zones import zone_known
 from chat.models import Agent
 
 logger = logging.getLogger("chat.tools")
@@ -201,13 +202,7 @@ def _agent_time_zone(agent_id: int) -> str:
     row), so the model's "today" is the day its daily notes are filed under."""
     config = Agent.objects.filter(pk=agent_id).values_list("config_json", flat=True).first()
     name = config.get("time_zone") if isinstance(config, dict) else None
-    if not isinstance(name, str) or not name:
-        return ""
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return ""
-    return name
+    return str(name) if zone_known(name) else ""
 
 
 def _current_time(context: ToolContext, arguments: dict[str, Any]) -> str:
@@ -216,12 +211,11 @@ def _current_time(context: ToolContext, arguments: dict[str, Any]) -> str:
         or _agent_time_zone(context.agent_id)
         or settings.TIME_ZONE
     )
-    try:
-        zone = ZoneInfo(zone_name)
-    except (ZoneInfoNotFoundError, ValueError):
+    if not zone_known(zone_name):
         raise ToolError(
-            f"unknown time zone {zone_name!r} (use an IANA name like Europe/Paris)"
-        ) from None
+            f"unknown time zone {zone_name[:100]!r} (use an IANA name like Europe/Paris)"
+        )
+    zone = ZoneInfo(zone_name)
     now = datetime.now(UTC)
     local = now.astimezone(zone)
     return json.dumps(

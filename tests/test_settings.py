@@ -170,6 +170,7 @@ def test_language_time_zone_and_summary_heading_come_from_the_environment(env, e
         ("LANGUAGE_CODE", "zh"),  # LANGUAGES lists zh-hans; "zh" alone has no translation
         ("TIME_ZONE", "Mars/Olympus"),
         ("TIME_ZONE", "UTC+8"),
+        ("TIME_ZONE", "Europe"),  # a folder of the tz database: was IsADirectoryError
         ("TIME_ZONE", "../etc/passwd"),
         ("CHAT_SUMMARY_HEADING", "chinese"),
     ],

@@ -7,7 +7,6 @@ falls back to its default instead of breaking sends)."""
 
 from __future__ import annotations
 
-import zoneinfo
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from cadau.contextconfig import context_over_cap
+from cadau.zones import zone_known
 from chat.context.prompt import model_allowed
 from chat.errors import InvalidConfig, InvalidInput
 from chat.models import Agent
@@ -127,13 +127,9 @@ def agent_config_validate(*, config: Any, capped: bool = False) -> dict[str, Any
 
 
 def time_zone_checked(*, name: Any) -> str | None:
-    """`name` when it is an IANA time zone name the system knows, else None. zoneinfo also
-    refuses absolute paths and `..` (a name is a file under the tz database)."""
-    if not isinstance(name, str) or not name.strip() or len(name) > TIME_ZONE_MAX:
-        return None
-    try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    """`name` when it is an IANA time zone name the system knows, else None (cadau/zones.py:
+    not a folder of the tz database, a path, or `posixrules`)."""
+    if not isinstance(name, str) or len(name) > TIME_ZONE_MAX or not zone_known(name):
         return None
     return name
 

@@ -109,7 +109,21 @@ def test_iana_names_are_accepted(name):
 
 @pytest.mark.parametrize(
     "value",
-    ["UTC+8", "Mars/Olympus", "", " ", "/etc/localtime", "../../etc/passwd", "x" * 65, 8, None],
+    [
+        *[
+            "UTC+8",
+            "Mars/Olympus",
+            "",
+            " ",
+            "/etc/localtime",
+            "../../etc/passwd",
+            "x" * 65,
+            8,
+            None,
+        ],
+        # Folders of the tz database (were a 500: IsADirectoryError), and files that are no zone.
+        *["Europe", "Asia", "America", "Etc", "posixrules", "right/UTC"],
+    ],
 )
 def test_bad_time_zones_are_refused(value):
     with pytest.raises(InvalidConfig, match="time_zone"):
@@ -145,3 +159,14 @@ def test_the_current_time_tool_defaults_to_the_agent_zone(owner, settings):
     plain = AgentFactory(owner=owner)
     context = ToolContext(agent_id=plain.pk, session_id=0, user_id=owner.pk)
     assert json.loads(CURRENT_TIME.handler(context, {}))["timezone"] == "UTC"
+
+
+@pytest.mark.parametrize("zone", ["Europe", "a" * 5000, "right/UTC"])
+def test_the_current_time_tool_refuses_a_folder_or_a_long_name_as_unknown(owner, zone):
+    # Was IsADirectoryError / OSError, with the server's path in the tool's result.
+    from chat.tools import CURRENT_TIME, ToolContext, ToolError
+
+    context = ToolContext(agent_id=AgentFactory(owner=owner).pk, session_id=0, user_id=owner.pk)
+    with pytest.raises(ToolError, match="unknown time zone") as caught:
+        CURRENT_TIME.handler(context, {"timezone": zone})
+    assert "site-packages" not in str(caught.value) and len(str(caught.value)) < 200
