@@ -128,8 +128,27 @@ class AgentAdmin(admin.ModelAdmin):
     raw_id_fields = ("owner",)
 
 
+class ChatSessionAdminForm(forms.ModelForm):
+    class Meta:
+        model = ChatSession
+        fields = ("owner", "agent", "title")
+
+    def clean(self) -> dict[str, Any]:
+        # As the API (session_create): a chat's agent is its owner's. A chat moved to another
+        # user with the first one's agent gave the new owner that agent's memory and
+        # workspace through its tools.
+        data = super().clean() or {}
+        owner, agent = data.get("owner"), data.get("agent")
+        if owner is not None and agent is not None and agent.owner_id != owner.pk:
+            raise forms.ValidationError(
+                "The agent belongs to another user: a chat's agent must be its owner's."
+            )
+        return data
+
+
 @admin.register(ChatSession)
 class ChatSessionAdmin(RepliesStoppedFirst):
+    form = ChatSessionAdminForm
     list_display = (
         "id",
         "title",

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -203,3 +205,25 @@ def test_a_users_delete_confirmation_counts_their_chats_rows(
     sql = [q["sql"] for q in queries.captured_queries]
     assert not [q for q in sql if q.startswith('SELECT "chat_messages"."id" FROM')]
     assert len([q for q in sql if q.startswith('DELETE FROM "chat_messages"')]) == 2 * 2
+
+
+def test_a_chat_moved_to_another_owner_cannot_keep_the_first_owners_agent(admin_client, data):
+    # Its tools would have read and written the first owner's memory and workspace.
+    agent, session, _messages, _snapshot = data
+    other = UserFactory(username="newowner")
+    url = reverse("admin:chat_chatsession_change", args=[session.pk])
+    page = admin_client.get(url).content.decode()
+    # The snapshots inline's management form, as the page has it.
+    hidden = re.findall(
+        r'name="([\w-]+-(?:TOTAL|INITIAL|MIN_NUM|MAX_NUM)_FORMS)" value="(\d*)"', page
+    )
+    form = {"owner": other.pk, "agent": agent.pk, "title": session.title, **dict(hidden)}
+    response = admin_client.post(url, form)
+    assert response.status_code == 200 and "belongs to another user" in response.content.decode()
+    session.refresh_from_db()
+    assert session.owner_id == agent.owner_id
+    # Without the agent, the move is allowed.
+    form["agent"] = ""
+    assert admin_client.post(url, form).status_code == 302
+    session.refresh_from_db()
+    assert session.owner_id == other.pk and session.agent_id is None
