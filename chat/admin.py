@@ -118,6 +118,19 @@ class AgentAdminForm(forms.ModelForm):
         except ChatError as exc:
             raise forms.ValidationError(exc.message) from None
 
+    def clean_owner(self) -> Any:
+        # An agent given to another user while chats of the first one use it would give that
+        # user's chats the new owner's memory and workspace (ChatSessionAdminForm, the other
+        # side of the rule).
+        owner = self.cleaned_data.get("owner")
+        agent = self.instance
+        if agent.pk and owner is not None and owner.pk != agent.owner_id:
+            if ChatSession.objects.filter(agent=agent).exclude(owner=owner).exists():
+                raise forms.ValidationError(
+                    "Chats of another user use this agent: move or delete them first."
+                )
+        return owner
+
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):

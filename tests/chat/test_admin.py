@@ -227,3 +227,22 @@ def test_a_chat_moved_to_another_owner_cannot_keep_the_first_owners_agent(admin_
     assert admin_client.post(url, form).status_code == 302
     session.refresh_from_db()
     assert session.owner_id == other.pk and session.agent_id is None
+
+
+def test_an_agent_in_use_by_its_owners_chats_cannot_be_given_to_another_user(admin_client, data):
+    agent, session, _messages, _snapshot = data
+    other = UserFactory(username="taker")
+    url = reverse("admin:chat_agent_change", args=[agent.pk])
+    form = {
+        "owner": other.pk,
+        "name": agent.name,
+        "system_prompt": agent.system_prompt,
+        "model": agent.model,
+        "config_json": "{}",
+        "created_at_0": "2026-01-01",
+        "created_at_1": "00:00:00",
+    }
+    response = admin_client.post(url, form)
+    assert "Chats of another user use this agent" in response.content.decode()
+    agent.refresh_from_db()
+    assert agent.owner_id == session.owner_id
