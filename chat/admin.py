@@ -124,11 +124,11 @@ class AgentAdminForm(forms.ModelForm):
         # side of the rule).
         owner = self.cleaned_data.get("owner")
         agent = self.instance
-        if agent.pk and owner is not None and owner.pk != agent.owner_id:
-            if ChatSession.objects.filter(agent=agent).exclude(owner=owner).exists():
-                raise forms.ValidationError(
-                    "Chats of another user use this agent: move or delete them first."
-                )
+        moved = agent.pk and owner is not None and owner.pk != agent.owner_id
+        if moved and ChatSession.objects.filter(agent=agent).exclude(owner=owner).exists():
+            raise forms.ValidationError(
+                "Chats of another user use this agent: move or delete them first."
+            )
         return owner
 
 
