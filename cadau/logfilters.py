@@ -15,3 +15,16 @@ class RefusalAsWarning(logging.Filter):
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.exc_info, record.exc_text = None, None
         return True
+
+
+class ClientErrorWithoutTraceback(logging.Filter):
+    """Django logs a refused request (a 403 of the admin for a staff member without the
+    permission, a 400) at WARNING with the exception's whole traceback: many lines for an
+    answer that is the client's doing, and anyone can make the server write them. The line
+    stays; the traceback goes. A 5xx keeps it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if isinstance(status, int) and status < 500:
+            record.exc_info, record.exc_text = None, None
+        return True

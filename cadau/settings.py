@@ -456,12 +456,16 @@ LOGGING = {
         "line": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "line"}},
-    "filters": {"refusal_as_warning": {"()": "cadau.logfilters.RefusalAsWarning"}},
+    "filters": {
+        "refusal_as_warning": {"()": "cadau.logfilters.RefusalAsWarning"},
+        "client_error_without_traceback": {"()": "cadau.logfilters.ClientErrorWithoutTraceback"},
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "django.security.DisallowedHost": {"filters": ["refusal_as_warning"]},
+        "django.request": {"filters": ["client_error_without_traceback"]},
     },
 }
 
