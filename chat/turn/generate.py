@@ -166,7 +166,9 @@ async def _generate(*, turn: Turn, gen: Generation, rounds: RoundsState) -> Repl
             tools=tools,
             message_id=message_id,
         )
-        if not text.strip() and not finish.get("tool_calls"):
+        # Calls count only where tools were offered: calls alone, where none were (a plain
+        # chat, an agent's last round), are an answer with nothing in it for the user.
+        if not text.strip() and not (tools and finish.get("tool_calls")):
             reason = finish.get("finish_reason")
             raise EmptyReply(
                 f"the model answered with nothing (finish_reason {reason})", finish=finish

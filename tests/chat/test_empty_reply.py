@@ -115,3 +115,18 @@ def test_a_stream_that_overflowed_silently_is_asked_again_for_the_window(
     # The fake counts 4 characters a token; our guess is 3: learned from the refusal.
     assert tokens_factors(model="fake-chat")["other"] == pytest.approx(0.75, abs=0.08)
     assert ChatMessage.objects.filter(session=session, role=MessageRole.ASSISTANT).count() == 21
+
+
+def test_tool_calls_alone_where_no_tools_were_offered_are_an_empty_reply(api, owner, fake_llm):
+    # A plain chat offers no tools: calls alone are an answer with nothing in it for the user
+    # (a probe found it stored as a complete, empty reply).
+    session = ChatSessionFactory(owner=owner)
+    fake_llm.script(
+        {"content": "", "tool_calls": [{"name": "workspace_list", "arguments": {}}]},
+        {"content": "", "tool_calls": [{"name": "workspace_list", "arguments": {}}]},
+    )
+    events = send_streaming(api, session, "hello there")
+    error = next(e for e in events if e["type"] == "error")
+    assert error["code"] == "llm_empty_reply"
+    reply = ChatMessage.objects.get(pk=events[-1]["message"]["id"])
+    assert reply.status == MessageStatus.FAILED and reply.content == ""
