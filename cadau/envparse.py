@@ -4,6 +4,7 @@ raise a bare ValueError); these stop start-up with ImproperlyConfigured naming t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import environ
@@ -35,4 +36,22 @@ def env_int(env: environ.Env, name: str, *, default: int, minimum: int = 0) -> i
     value: int = env_strict(env.int, name, default=default)
     if value < minimum:
         raise ImproperlyConfigured(f"{name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def env_float(
+    env: environ.Env, name: str, *, default: float, minimum: float = 0.0, above: bool = False
+) -> float:
+    """A finite number >= `minimum` (> it with `above`): a negative timeout made every model
+    call fail at once, "nan" compared false with every limit."""
+    raw = env.str(name, default="").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: expected a number, got {raw!r}") from None
+    if not math.isfinite(value) or value < minimum or (above and value == minimum):
+        bound = f"> {minimum:g}" if above else f">= {minimum:g}"
+        raise ImproperlyConfigured(f"{name}: must be a number {bound}, got {raw!r}")
     return value

@@ -13,7 +13,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from cadau.contextconfig import config_path_find, load_chat_context
-from cadau.envparse import env_bool, env_int, env_strict
+from cadau.envparse import env_bool, env_float, env_int, env_strict
 from cadau.rates import RATE_DEFAULTS, rate_parse
 from cadau.zones import zone_known
 
@@ -30,6 +30,7 @@ if _local_env.is_file():
 _strict = env_strict
 _bool = functools.partial(env_bool, env)
 _int = functools.partial(env_int, env)
+_float = functools.partial(env_float, env)
 
 
 SECRET_KEY: str = env.str("SECRET_KEY", default="")
@@ -132,6 +133,14 @@ TEMPLATES = [
 DATABASES = {
     "default": _strict(env.db_url, "DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")
 }
+if DATABASES["default"].get("ENGINE") not in (
+    "django.db.backends.sqlite3",
+    "django.db.backends.postgresql",
+):
+    raise ImproperlyConfigured(
+        "DATABASE_URL: expected sqlite:///PATH or postgres://..., got "
+        f"{env.str('DATABASE_URL', default='')[:40]!r}"
+    )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # IMMEDIATE transactions take the write lock up front, so two writers queue on the busy
     # timeout instead of failing with "database is locked" on lock upgrade; WAL lets readers
@@ -153,7 +162,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 # (SQLite: Django's functions registered, a WAL checkpoint on close; PostgreSQL: a backend
 # start). Threads that end (one per HTTP request under ASGI) take their connection with them.
 # Health checks replace a connection the server dropped.
-DATABASES["default"]["CONN_MAX_AGE"] = _strict(env.int, "DB_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_MAX_AGE"] = _int("DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 # PostgreSQL: a pool of connections per process (psycopg_pool). Django runs each HTTP request's
 # sync code in a thread of its own under ASGI, so without a pool every request would start a
@@ -161,10 +170,10 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DB_POOL: bool = _bool("DB_POOL", default=True)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL:
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": _strict(env.int, "DB_POOL_MIN_SIZE", default=2),
-        "max_size": _strict(env.int, "DB_POOL_MAX_SIZE", default=20),
+        "min_size": _int("DB_POOL_MIN_SIZE", default=2),
+        "max_size": _int("DB_POOL_MAX_SIZE", default=20, minimum=1),
         # A request waits this long for a free connection, then fails rather than hangs.
-        "timeout": _strict(env.float, "DB_POOL_TIMEOUT_SECONDS", default=10.0),
+        "timeout": _float("DB_POOL_TIMEOUT_SECONDS", default=10.0, above=True),
     }
     # The pool keeps the connections; Django must hand each back after use.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
@@ -172,6 +181,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels: in-memory layer unless REDIS_URL is set ----------------------------------------
 REDIS_URL: str = env.str("REDIS_URL", default="")
+if REDIS_URL and not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    # Else the server started, and its first request that counted a rate failed with a 500.
+    raise ImproperlyConfigured(
+        f"REDIS_URL: expected redis://, rediss:// or unix://..., got {REDIS_URL[:40]!r}"
+    )
 REDIS_PREFIX: str = env.str("REDIS_PREFIX", default="cadau")
 # Messages one process's sockets may have waiting in the layer (channels-redis `capacity`),
 # and how long a socket's group membership lasts without renewal (`group_expiry`).
@@ -334,7 +348,8 @@ SPECTACULAR_SETTINGS = {
 API_DOCS_PUBLIC: bool = _bool("API_DOCS_PUBLIC", default=False)
 
 # --- Cadau ----------------------------------------------------------------------------------
-RUNTIME_DIR = Path(env.str("RUNTIME_DIR", default=str(BASE_DIR / "runtime"))).resolve()
+# Not "": Path("") is the working directory, and agents' memory went into the project tree.
+RUNTIME_DIR = Path(env.str("RUNTIME_DIR", default="") or str(BASE_DIR / "runtime")).resolve()
 # Agent memory files: "" = files under RUNTIME_DIR; or a STORAGES alias / dotted Storage path.
 AGENT_MEMORY_STORAGE: str = env.str("AGENT_MEMORY_STORAGE", default="")
 # Per agent: long-term entries and workspace files; past them a new one is refused (409).
@@ -347,20 +362,16 @@ LLM_BASE_URL: str = env.str("LLM_BASE_URL", default="").rstrip("/")
 LLM_API_KEY: str = env.str("LLM_API_KEY", default="")
 LLM_MODEL: str = env.str("LLM_MODEL", default="")
 LLM_SUMMARY_MODEL: str = env.str("LLM_SUMMARY_MODEL", default="") or LLM_MODEL
-LLM_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_TIMEOUT_SECONDS", default=60.0)
+LLM_TIMEOUT_SECONDS: float = _float("LLM_TIMEOUT_SECONDS", default=60.0, above=True)
 # Every summarising call (compaction, checkpoints, titles, memory) waits this long instead: a
 # summary is written whole before its first byte (minutes on a small CPU server).
-LLM_SUMMARY_TIMEOUT_SECONDS: float = _strict(
-    env.float, "LLM_SUMMARY_TIMEOUT_SECONDS", default=180.0
+LLM_SUMMARY_TIMEOUT_SECONDS: float = _float(
+    "LLM_SUMMARY_TIMEOUT_SECONDS", default=180.0, above=True
 )
-if not LLM_SUMMARY_TIMEOUT_SECONDS > 0:
-    raise ImproperlyConfigured(
-        f"LLM_SUMMARY_TIMEOUT_SECONDS: must be > 0, got {LLM_SUMMARY_TIMEOUT_SECONDS}"
-    )
-LLM_CONNECT_TIMEOUT_SECONDS: float = _strict(env.float, "LLM_CONNECT_TIMEOUT_SECONDS", default=10.0)
-LLM_MAX_RETRIES: int = _strict(env.int, "LLM_MAX_RETRIES", default=2)
+LLM_CONNECT_TIMEOUT_SECONDS: float = _float("LLM_CONNECT_TIMEOUT_SECONDS", default=10.0, above=True)
+LLM_MAX_RETRIES: int = _int("LLM_MAX_RETRIES", default=2)
 # First retry waits this long, doubling (with jitter) up to 8 s; Retry-After wins when small.
-LLM_RETRY_BACKOFF_SECONDS: float = _strict(env.float, "LLM_RETRY_BACKOFF_SECONDS", default=0.5)
+LLM_RETRY_BACKOFF_SECONDS: float = _float("LLM_RETRY_BACKOFF_SECONDS", default=0.5)
 # The models a non-staff user's agent or chat may name (default: the ones configured above).
 LLM_ALLOWED_MODELS: list[str] = env.list(
     "LLM_ALLOWED_MODELS", default=[m for m in dict.fromkeys((LLM_MODEL, LLM_SUMMARY_MODEL)) if m]
@@ -368,7 +379,7 @@ LLM_ALLOWED_MODELS: list[str] = env.list(
 # Requests the model server answers at once when few (1: llama.cpp without --parallel): then
 # background compactions wait for no reply in flight (at most LLM_IDLE_WAIT_SECONDS). 0: no limit.
 LLM_SERVER_SLOTS: int = _int("LLM_SERVER_SLOTS", default=0)
-LLM_IDLE_WAIT_SECONDS: float = _strict(env.float, "LLM_IDLE_WAIT_SECONDS", default=120.0)
+LLM_IDLE_WAIT_SECONDS: float = _float("LLM_IDLE_WAIT_SECONDS", default=120.0)
 if LLM_BASE_URL and not LLM_BASE_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured("LLM_BASE_URL must start with http:// or https://")
 
@@ -383,20 +394,16 @@ LLM_EMBEDDING_API_KEY: str = env.str("LLM_EMBEDDING_API_KEY", default="") or LLM
 # embedding (past it, the send recalls lexically only).
 LLM_EMBEDDING_DIMENSIONS: int = _int("LLM_EMBEDDING_DIMENSIONS", default=0)
 LLM_EMBEDDING_BATCH: int = _int("LLM_EMBEDDING_BATCH", default=32, minimum=1)
-_float = env.float
-LLM_EMBEDDING_TIMEOUT_SECONDS: float = _strict(
-    _float, "LLM_EMBEDDING_TIMEOUT_SECONDS", default=30.0
+LLM_EMBEDDING_TIMEOUT_SECONDS: float = _float(
+    "LLM_EMBEDDING_TIMEOUT_SECONDS", default=30.0, above=True
 )
-LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS: float = _strict(
-    _float, "LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS", default=2.0
+LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS: float = _float(
+    "LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS", default=2.0, above=True
 )
 if LLM_EMBEDDING_MODEL and not LLM_EMBEDDING_BASE_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(
         "LLM_EMBEDDING_MODEL needs LLM_EMBEDDING_BASE_URL (or LLM_BASE_URL): an http(s):// URL"
     )
-for _name in ("LLM_EMBEDDING_TIMEOUT_SECONDS", "LLM_EMBEDDING_QUERY_TIMEOUT_SECONDS"):
-    if globals()[_name] <= 0:
-        raise ImproperlyConfigured(f"{_name}: must be > 0")
 
 # The heading the session summary is sent to the model under (chat/context/heading.py): "auto"
 # follows the summary's language (Chinese gets the original's 【历史对话摘要…】), "en" or "zh"
@@ -429,7 +436,7 @@ HISTORY_SEARCH_MAX_RUNES: int = _int("HISTORY_SEARCH_MAX_RUNES", default=4000, m
 
 # A send that arrives while the session's previous reply is still generating waits this long
 # for it (a queue of one) before it is refused with `reply_in_progress`.
-CHAT_SEND_QUEUE_SECONDS: float = _strict(env.float, "CHAT_SEND_QUEUE_SECONDS", default=30.0)
+CHAT_SEND_QUEUE_SECONDS: float = _float("CHAT_SEND_QUEUE_SECONDS", default=30.0)
 # A generating process renews its lease every third of this; a lapsed one's replies are failed,
 # their sockets told, the sessions freed (chat/turn/lease.py). Longer than a loop stall.
 CHAT_REPLY_LEASE_SECONDS: int = _int("CHAT_REPLY_LEASE_SECONDS", default=6, minimum=2)
@@ -449,6 +456,12 @@ CHAT_BACKGROUND_COMPACTION: bool = _strict(env.bool, "CHAT_BACKGROUND_COMPACTION
 CADAU_CONFIG: str = config_path_find(environ=env.ENVIRON, cwd=Path.cwd()) or ""
 CHAT_CONTEXT = load_chat_context(environ=env.ENVIRON, config_path=CADAU_CONFIG or None)
 
+LOG_LEVEL: str = (env.str("LOG_LEVEL", default="") or "INFO").strip().upper()
+if LOG_LEVEL not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+    raise ImproperlyConfigured(
+        f"LOG_LEVEL: expected DEBUG, INFO, WARNING, ERROR or CRITICAL, got {LOG_LEVEL[:40]!r}"
+    )
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -460,7 +473,7 @@ LOGGING = {
         "refusal_as_warning": {"()": "cadau.logfilters.RefusalAsWarning"},
         "client_error_without_traceback": {"()": "cadau.logfilters.ClientErrorWithoutTraceback"},
     },
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.channels.server": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},

@@ -281,3 +281,34 @@ def test_the_summary_timeout_defaults_to_three_minutes_and_is_read_from_the_envi
         {"LLM_SUMMARY_TIMEOUT_SECONDS": "600"}, "s.LLM_SUMMARY_TIMEOUT_SECONDS"
     )
     assert done.stdout.split() == ["600.0"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        # Each started the server, which then failed on use (a probe's second instance).
+        ("LLM_TIMEOUT_SECONDS", "-3"),
+        ("LLM_TIMEOUT_SECONDS", "nan"),
+        ("LLM_TIMEOUT_SECONDS", "inf"),
+        ("LLM_CONNECT_TIMEOUT_SECONDS", "-1"),
+        ("LLM_MAX_RETRIES", "-1"),
+        ("LLM_RETRY_BACKOFF_SECONDS", "-0.5"),
+        ("CHAT_SEND_QUEUE_SECONDS", "-1"),
+        ("DB_CONN_MAX_AGE", "-5"),
+        ("REDIS_URL", "notaurl"),
+        ("LOG_LEVEL", "LOUD"),
+        ("DATABASE_URL", "mysql://u@h/x"),
+    ],
+)
+def test_values_that_would_fail_later_stop_start_up_naming_the_key(name, value):
+    done = _settings_in_child({name: value}, "1")
+    assert done.returncode != 0
+    assert f"ImproperlyConfigured: {name}" in done.stderr, done.stderr[-500:]
+
+
+def test_an_empty_runtime_dir_or_log_level_is_the_default_not_the_working_directory(tmp_path):
+    # RUNTIME_DIR="" was the working directory: agents' memory went into the project tree.
+    done = _settings_in_child({"RUNTIME_DIR": "", "LOG_LEVEL": ""}, "s.RUNTIME_DIR, s.LOG_LEVEL")
+    assert done.returncode == 0, done.stderr
+    runtime, level = done.stdout.split()
+    assert runtime.endswith("/runtime") and level == "INFO"
