@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.db import IntegrityError
 
 from chat import hooks
 from chat.context import (
@@ -22,7 +23,7 @@ from chat.context import (
 )
 from chat.llm import slots
 from chat.llm.window import tokens_learn
-from chat.models import ChatMessage, MessageStatus
+from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.search.semantic import session_embed_later
 from chat.services.compaction import session_compact
 from chat.services.titles import session_title_after_reply
@@ -151,8 +152,15 @@ def compact_in_background(*, session_id: int, trigger: Trigger, reserve_runes: i
     """A compaction no one waits for. On a one-slot model server (LLM_SERVER_SLOTS=1) it lets
     the replies in flight go first: a summary sent beside a reply would delay it, or cut it off
     (chat/llm/slots.py)."""
-    if settings.LLM_SERVER_SLOTS != 1:
-        session_compact(session_id=session_id, trigger=trigger, reserve_runes=reserve_runes)
-        return
-    with slots.background(timeout=settings.LLM_IDLE_WAIT_SECONDS):
-        session_compact(session_id=session_id, trigger=trigger, reserve_runes=reserve_runes)
+    try:
+        if settings.LLM_SERVER_SLOTS != 1:
+            session_compact(session_id=session_id, trigger=trigger, reserve_runes=reserve_runes)
+            return
+        with slots.background(timeout=settings.LLM_IDLE_WAIT_SECONDS):
+            session_compact(session_id=session_id, trigger=trigger, reserve_runes=reserve_runes)
+    except IntegrityError:
+        # The session was deleted while its summary was being written: the commit's snapshot
+        # has no session to belong to. Nothing is lost (the chat is gone); not an ERROR.
+        if ChatSession.objects.filter(pk=session_id).exists():
+            raise
+        logger.info("chat_compaction_session_deleted session=%s", session_id)

@@ -336,3 +336,34 @@ def test_a_send_whose_compaction_had_nothing_to_do_reads_nothing_again(
     assert r.status_code == 200, r.content
     assert fake_llm.count("chat") == 1
     assert tried == [session.pk] and fresh_reads == []
+
+
+def test_a_session_deleted_during_its_background_compaction_ends_it_quietly(
+    owner, fake_llm, settings, caplog
+):
+    """The compaction's commit finds the session gone: before, its conflict snapshot failed on
+    the session's foreign key, an ERROR with a traceback (a black-box probe)."""
+    import logging
+
+    from chat.llm import reset_provider
+    from chat.services.sessions import session_delete
+    from chat.turn.finish import compact_in_background
+    from chat.workers import background_submit
+
+    settings.CHAT_CONTEXT = SMALL
+    settings.LLM_SUMMARY_TIMEOUT_SECONDS = 20.0
+    reset_provider()
+    session = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=14, words=14)
+    fake_llm.fail_next("hang", target="summary", seconds=15)
+    with caplog.at_level(logging.INFO):
+        background_submit(compact_in_background, session_id=session.pk, trigger="after_reply")
+        deadline = time.monotonic() + 10
+        while fake_llm.count("summary") == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert fake_llm.count("summary") == 1, "the summarising call never started"
+        session_delete(session=session)
+        fake_llm.release()
+        background_wait()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert "chat_compaction_session_deleted" in caplog.text
