@@ -179,7 +179,12 @@ async def agent_tool_loop_run(
             state=state,
             text=text,
             calls=calls,
-            run=_ToolRun(context=context, enabled=enabled, publish=publish),
+            run=_ToolRun(
+                context=context,
+                enabled=enabled,
+                publish=publish,
+                result_cap=tool_result_cap(hard_limit_runes=window.cfg.effective_hard_limit_runes),
+            ),
         )
         window.rounds.append(round_messages)
         state.reply = new
@@ -190,6 +195,27 @@ class _ToolRun:
     context: ToolContext
     enabled: dict[str, Tool]
     publish: Publish
+    # The most of one result that is stored and sent (tool_result_cap).
+    result_cap: int
+
+
+# A result's share of the session's hard limit, and the least it is cut to.
+TOOL_RESULT_SHARE = 4
+TOOL_RESULT_MIN_RUNES = 2_000
+
+
+def tool_result_cap(*, hard_limit_runes: int) -> int:
+    """The most of one tool result that is kept: a quarter of the hard limit. A workspace file
+    of a megabyte read whole went to the model whole, three times in three rounds (a million
+    runes a call against a 48,000-rune limit: the operator's model spent far past what the
+    operator allows)."""
+    return max(TOOL_RESULT_MIN_RUNES, hard_limit_runes // TOOL_RESULT_SHARE)
+
+
+def tool_result_cut(result: str, *, cap: int) -> str:
+    if len(result) <= cap:
+        return result
+    return f"{result[:cap]}\n…[cut: {len(result) - cap} more characters; ask for a part of it]"
 
 
 async def _tools_answer(
@@ -237,6 +263,7 @@ async def _tool_answer(
     result, is_error = await in_worker(tool_run)(
         tool_call=call, context=run.context, enabled=run.enabled
     )
+    result = tool_result_cut(result, cap=run.result_cap)
     tool_row = await in_worker(tool_message_create)(
         session_id=session.pk, role=MessageRole.TOOL, content=result, tool_call_id=call["id"]
     )

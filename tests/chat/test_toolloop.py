@@ -349,3 +349,27 @@ def test_deployment_tools_from_settings_are_opt_in(api, owner, fake_llm, setting
         assert "deploy_echo" not in names and "current_time" in names
     finally:
         tool_unregister("deploy_echo")
+
+
+def test_a_huge_tool_result_is_cut_to_its_share_of_the_hard_limit(api, owner, fake_llm):
+    # A megabyte file read whole went to the model whole, in every round (a probe: a million
+    # runes a call against a 48,000-rune limit).
+    from chat.context import context_config_for
+    from chat.turn.toolloop import tool_result_cap
+
+    tool = tool_register(Tool(name="huge_tool", description="x", handler=lambda c, a: "y" * 10**6))
+    try:
+        _agent, session = _agent_session(owner, tools=["huge_tool"])
+        fake_llm.script({"tool_calls": [_call("huge_tool", {}, "h")]}, "Read it.")
+        body = _send(api, session)
+    finally:
+        tool_unregister(tool.name)
+    cap = tool_result_cap(
+        hard_limit_runes=context_config_for(session=session).effective_hard_limit_runes
+    )
+    assert cap < 50_000
+    stored = next(r for r in _rows(session) if r.role == MessageRole.TOOL).content
+    assert len(stored) < cap + 100 and "more characters" in stored
+    sent = [c for c in fake_llm.calls if c.kind == "chat"][-1].body["messages"]
+    assert max(len(m.get("content") or "") for m in sent) < cap + 100
+    assert body["assistant_message"]["content"] == "Read it."
