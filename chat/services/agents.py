@@ -66,10 +66,16 @@ def _invalid(message: str) -> InvalidConfig:
     return InvalidConfig(message)
 
 
-def agent_config_validate(*, config: Any, capped: bool = False) -> dict[str, Any]:
+def agent_config_validate(
+    *, config: Any, capped: bool = False, kept: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The checked `config_json`, or InvalidConfig naming the key.
     Unknown keys and wrong types are refused rather than ignored: a typo such as
-    `memory_auto_extact` must not silently leave extraction on."""
+    `memory_auto_extact` must not silently leave extraction on. `capped`: values over the
+    server's caps are refused, except those equal to `kept` (the stored config's): an operator
+    may raise an agent's caps, and its owner must still be able to flip a switch on the page,
+    which sends the whole config back."""
+    kept = kept if isinstance(kept, dict) else {}
     # null too: `{"config_json": null}` wiped an agent's config as if it were {}.
     if not isinstance(config, dict):
         raise _invalid("config_json must be a JSON object")
@@ -110,7 +116,7 @@ def agent_config_validate(*, config: Any, capped: bool = False) -> dict[str, Any
             cfg = server.with_overrides(config["context"], source="config_json.context")
         except ImproperlyConfigured as exc:
             raise _invalid(str(exc)) from None
-        if capped:
+        if capped and config["context"] != kept.get("context"):
             for key, value, cap in context_over_cap(cfg, cap=server):
                 raise _invalid(
                     f"config_json.context.{key}: {value} is over this server's {cap}; "
@@ -118,7 +124,7 @@ def agent_config_validate(*, config: Any, capped: bool = False) -> dict[str, Any
                 )
     if capped:
         for key, cap in _AGENT_CAPS.items():
-            if key in config and config[key] > cap:
+            if key in config and config[key] > cap and config[key] != kept.get(key):
                 raise _invalid(
                     f"config_json.{key}: {config[key]} is over this server's {cap}; "
                     "only staff may raise it"
@@ -251,7 +257,9 @@ def agent_update(
         agent.model = _checked_model(model, capped=capped)
         fields.append("model")
     if config_json is not _UNSET:
-        agent.config_json = agent_config_validate(config=config_json, capped=capped)
+        agent.config_json = agent_config_validate(
+            config=config_json, capped=capped, kept=agent.config_json
+        )
         fields.append("config_json")
     if fields:
         agent.save(update_fields=[*fields, "updated_at"])

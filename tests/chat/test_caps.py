@@ -147,3 +147,25 @@ async def test_a_message_over_the_limit_is_refused_over_the_websocket(owner, set
     await ws.disconnect()
     assert await database_sync_to_async(ChatMessage.objects.count)() == 0
     assert fake_llm.count() == 0
+
+
+def test_an_owner_may_keep_what_an_operator_raised_and_change_the_rest(api, owner, server_caps):
+    # The agents page sends the whole config back when a switch flips: the raised values
+    # refused every change (a probe). Kept as stored, they pass; raised further, or set anew
+    # over the cap, they are still refused.
+    raised = {"max_tool_rounds": 50, "context": {"input_budget_runes": 200_000}}
+    agent = AgentFactory(owner=owner)
+    Agent.objects.filter(pk=agent.pk).update(config_json=raised)
+    url = f"/api/v1/agents/{agent.pk}"
+    switched = {**raised, "memory_auto_append": True}
+    response = api.patch(url, {"config_json": switched}, format="json")
+    assert response.status_code == 200, response.content
+    agent.refresh_from_db()
+    assert agent.config_json == switched
+    for higher in (
+        {**switched, "max_tool_rounds": 40},  # lower than raised, still over the cap: new
+        {**switched, "context": {"input_budget_runes": 300_000}},
+    ):
+        assert "only staff" in _error(api.patch(url, {"config_json": higher}, format="json"))
+    agent.refresh_from_db()
+    assert agent.config_json == switched
