@@ -67,7 +67,7 @@ from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY
 from django.db import InterfaceError, OperationalError
 
-from chat.errors import ChatError, LoginEnded, NotFound
+from chat.errors import ChatError, LoginEnded, NotFound, NothingToCancel
 from chat.events import (
     ORIGIN,
     LocalSocket,
@@ -89,7 +89,7 @@ from chat.shapes import error_event
 from chat.socketsync import ReplySync
 from chat.text import frame_parse, utf8_length_over
 from chat.turn import reaper_ensure, reply_cancel, reply_resume, reply_watch, turn_open
-from chat.turn.registry import control_group
+from chat.turn.registry import control_group, reply_cancel_ahead
 from chat.workers import in_worker
 
 logger = logging.getLogger("chat.consumers")
@@ -396,6 +396,11 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
         else:
             try:
                 await reply_cancel(session_id=self.session_id)
+            except NothingToCancel as exc:
+                if self._pending_send is None or self._pending_send.done():
+                    await self.send_json(_error_event(exc))
+                else:  # right behind its own send, still being stored: stop it as it starts
+                    reply_cancel_ahead(session_id=self.session_id)
             except ChatError as exc:
                 await self.send_json(_error_event(exc))
 
@@ -421,6 +426,7 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
     async def _send_turn(self, text: str, client_id: str | None) -> None:
         """Store the turn and start its reply; the session's sockets get its events. Only
         errors and an idempotent repeat are for this socket alone."""
+        started = None
         try:
             run = await turn_open(
                 user=self.scope["user"],
@@ -447,7 +453,9 @@ class ChatConsumer(LinkedConsumer, ReplySync, AsyncJsonWebsocketConsumer):
             # A repeat's report is this socket's alone; a new reply's events reach it through
             # the session's group, as they reach every socket of the session.
             events = run.own
-            run.start()  # a send that queued was started when ready() stored it: a no-op
+            started = run.start()  # a send that queued was started when ready() stored it
+        if started is None:  # no reply: a cancel asked ahead for one is forgotten
+            reply_cancel_ahead(session_id=self.session_id, asked=False)
         for event in events:
             if self._open and not self._revoked:
                 await self.send_json(event)

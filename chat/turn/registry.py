@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -200,6 +201,23 @@ async def _listen(gen: Generation, layer: Any) -> None:
             gen.remote_watcher_seen()
 
 
+# Sessions whose reply was asked to stop before it started: a socket's cancel right behind
+# its own send, whose turn was still being stored (reply_cancel found nothing to stop, and the
+# reply then ran to its end). The reply is cancelled as it registers. With when it was asked:
+# a mark whose send started no reply must not stop a later one.
+_cancel_ahead: dict[int, float] = {}
+CANCEL_AHEAD_SECONDS = 5.0
+
+
+def reply_cancel_ahead(*, session_id: int, asked: bool = True) -> None:
+    """Stop the session's next reply of this process as soon as it starts (`asked`), or
+    forget that (the send it was for started none)."""
+    if asked:
+        _cancel_ahead[session_id] = time.monotonic()
+    else:
+        _cancel_ahead.pop(session_id, None)
+
+
 @contextlib.asynccontextmanager
 async def generation_tracked(*, gen: Generation) -> AsyncIterator[Generation]:
     """Register a running reply (its task already started) for the time of the `async with`
@@ -210,6 +228,10 @@ async def generation_tracked(*, gen: Generation) -> AsyncIterator[Generation]:
     # first runs at that await) publishes knowing where to.
     gen.shared = layer_is_shared(layer)
     _running[session_id] = gen
+    asked = _cancel_ahead.pop(session_id, None)
+    if asked is not None and time.monotonic() - asked < CANCEL_AHEAD_SECONDS:
+        logger.info("chat_reply_cancel_ahead session=%s", session_id)
+        gen.cancel()
     try:
         if gen.shared:
             try:

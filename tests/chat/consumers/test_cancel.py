@@ -165,3 +165,45 @@ async def test_llm_error_before_any_token_is_error_then_done(session, owner_cook
     assert events[-2]["code"] == "llm_error"
     assert events[-1]["message"]["status"] == "failed"
     await ws.disconnect()
+
+
+async def test_a_cancel_right_behind_its_own_send_stops_that_reply(session, owner_cookie, fake_llm):
+    # The send is still being stored when the cancel arrives: there was nothing to cancel
+    # yet, and the reply ran to its end (a probe: 3 of 3 with no gap between the frames).
+    fake_llm.script({"content": " ".join(f"w{i}" for i in range(200)), "token_ms": 20})
+    ws = await _open(session.pk, owner_cookie)
+    await ws.send_json_to({"type": "send", "content": "never mind"})
+    await ws.send_json_to({"type": "cancel"})
+    events = await _until(ws, "done")
+    assert not [e for e in events if e["type"] == "error"], events
+    assert events[-1]["message"]["status"] == "cancelled"
+    await ws.disconnect()
+    await replies_settle()
+    assert registry.generation_running(session_id=session.pk) is None
+    # The mark went with that reply: the next one runs to its end.
+    fake_llm.script("all of it")
+    ws = await _open(session.pk, owner_cookie)
+    await ws.send_json_to({"type": "send", "content": "again"})
+    assert (await _until(ws, "done"))[-1]["message"]["status"] == "complete"
+    await ws.disconnect()
+
+
+async def test_a_cancel_behind_a_send_that_starts_no_reply_stops_no_later_one(
+    session, owner_cookie, fake_llm
+):
+    # A repeated client_id starts no reply: the cancel asked ahead for one is forgotten, not
+    # left to stop the next reply of the session.
+    fake_llm.script("first")
+    ws = await _open(session.pk, owner_cookie)
+    await ws.send_json_to({"type": "send", "content": "hello", "client_id": "c1"})
+    assert (await _until(ws, "done"))[-1]["message"]["status"] == "complete"
+    await replies_settle()
+    assert registry.generation_running(session_id=session.pk) is None
+    await ws.send_json_to({"type": "send", "content": "hello", "client_id": "c1"})
+    await ws.send_json_to({"type": "cancel"})
+    await _until(ws, "done")  # the repeat's report: the stored reply
+    fake_llm.script("whole")
+    await ws.send_json_to({"type": "send", "content": "a real one", "client_id": "c2"})
+    events = await _until(ws, "done")
+    assert events[-1]["message"]["status"] == "complete", events
+    await ws.disconnect()
