@@ -8,7 +8,11 @@ class AgentMemoryConfig(AppConfig):
 
     def ready(self) -> None:
         # chat never imports agentmemory: it exposes hooks and a tool registry, filled here.
+        from django.core import checks
+
         from agentmemory import hooks, tools
+        from agentmemory.checks import memory_storage_check
 
         hooks.register()
         tools.register()
+        checks.register(memory_storage_check)

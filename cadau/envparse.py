@@ -32,10 +32,14 @@ def env_bool(env: environ.Env, name: str, *, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}: expected true or false, got {raw!r}")
 
 
-def env_int(env: environ.Env, name: str, *, default: int, minimum: int = 0) -> int:
+def env_int(
+    env: environ.Env, name: str, *, default: int, minimum: int = 0, maximum: int | None = None
+) -> int:
     value: int = env_strict(env.int, name, default=default)
     if value < minimum:
         raise ImproperlyConfigured(f"{name}: must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}: must be <= {maximum}, got {value}")
     return value
 
 

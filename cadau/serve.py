@@ -175,6 +175,19 @@ def _channel(factory: Any) -> Any:
 logger = logging.getLogger("cadau.serve")
 
 
+def startup_checks() -> list[str]:
+    """Django's system checks at ERROR and above, as lines to print: a setting that names code
+    (AGENT_TOOLS, AGENT_MEMORY_STORAGE) is checked here, not at its first use. `make run`
+    runs them through `migrate`; a deployment may start this module without it."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cadau.settings")
+    import django
+
+    django.setup(set_prefix=False)
+    from django.core import checks
+
+    return [str(m) for m in checks.run_checks() if m.level >= checks.ERROR]
+
+
 def startup_sweep() -> int:
     """Fail the replies dead processes left `streaming` (chat.turn.streaming_sweep). A
     database that does not answer yet does not keep the server from starting: the sweep of
@@ -221,6 +234,14 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     if not {"-h", "--help"} & set(sys.argv[1:]):
+        if errors := startup_checks():
+            print(
+                "Cadau does not start: the system checks failed.",
+                *errors,
+                sep="\n",
+                file=sys.stderr,
+            )
+            sys.exit(1)
         startup_sweep()
         from chat.search.concepts import concepts_load
 

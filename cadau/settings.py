@@ -39,8 +39,22 @@ if not SECRET_KEY:
         "SECRET_KEY is not set. `make run` writes one into .env.local; in production set it in "
         "the environment."
     )
+# It signs login sessions, history cursors and password resets: a short one can be guessed.
+# Django's own deployment check asks for 50 characters too, but only under `check --deploy`.
+SECRET_KEY_MIN_CHARS = 50
+if len(SECRET_KEY) < SECRET_KEY_MIN_CHARS:
+    raise ImproperlyConfigured(
+        f"SECRET_KEY: must be at least {SECRET_KEY_MIN_CHARS} characters, got {len(SECRET_KEY)}; "
+        "make one with: python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 DEBUG: bool = _bool("DEBUG", default=False)
 ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
+if not ALLOWED_HOSTS and not DEBUG:
+    # Django would start, then answer every request 400 (DEBUG alone lets localhost in).
+    raise ImproperlyConfigured(
+        "ALLOWED_HOSTS: empty, so every request would be refused; name the host(s) the app is "
+        "reached by"
+    )
 CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 # --- HTTPS ------------------------------------------------------------------------------------
@@ -312,6 +326,14 @@ STATIC_ROOT: str | None = env.str("STATIC_ROOT", default="") or None
 CHAT_MAX_MESSAGE_RUNES: int = _int("CHAT_MAX_MESSAGE_RUNES", default=200_000, minimum=1)
 HTTP_MAX_BODY_BYTES: int = _int("HTTP_MAX_BODY_BYTES", default=2_621_440, minimum=1024)
 WS_MAX_FRAME_BYTES: int = _int("WS_MAX_FRAME_BYTES", default=2_621_440, minimum=1024)
+if min(HTTP_MAX_BODY_BYTES, WS_MAX_FRAME_BYTES) < CHAT_MAX_MESSAGE_RUNES:
+    # Every character takes a byte at least: a longer limit could never be reached, and the
+    # operator who set it would see 413s and frame refusals, not the limit they asked for.
+    raise ImproperlyConfigured(
+        f"CHAT_MAX_MESSAGE_RUNES: {CHAT_MAX_MESSAGE_RUNES} is more than a request can carry "
+        f"(HTTP_MAX_BODY_BYTES {HTTP_MAX_BODY_BYTES}, WS_MAX_FRAME_BYTES {WS_MAX_FRAME_BYTES}); "
+        "raise those too"
+    )
 DATA_UPLOAD_MAX_MEMORY_SIZE = HTTP_MAX_BODY_BYTES
 
 # Threads serving sync views, middleware included, per process (cadau/asgihandler.py). Their
@@ -319,7 +341,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = HTTP_MAX_BODY_BYTES
 # reply needs. With PostgreSQL, a process may hold a connection per thread: these, the worker
 # pool (min(32, CPUs + 4): 6 on 2 CPUs), the background and model-wait pools (2 + 2) and
 # Channels' one thread. 8 + 6 + 5 = 19 fits DB_POOL_MAX_SIZE's 20 on 2 CPUs.
-HTTP_THREADS: int = _int("HTTP_THREADS", default=8, minimum=1)
+# At most 256: each is a thread, and on PostgreSQL may hold a connection (a typo of 80000
+# started that many threads as requests came).
+HTTP_THREADS: int = _int("HTTP_THREADS", default=8, minimum=1, maximum=256)
 
 # --- REST framework -------------------------------------------------------------------------
 REST_FRAMEWORK = {

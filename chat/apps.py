@@ -7,8 +7,10 @@ class ChatConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.core import checks
         from django.db.backends.signals import connection_created
 
+        from chat import checks as chat_checks
         from chat.search import backends, recall
         from chat.services import sockets
 
@@ -18,3 +20,4 @@ class ChatConfig(AppConfig):
         sockets.connect_signals()
         # The history_search tool, registered on import.
         recall.register()
+        checks.register(chat_checks.agent_tools_check)

@@ -105,10 +105,20 @@ def _load_settings_tools() -> None:
     paths = tuple(getattr(settings, "AGENT_TOOLS", ()) or ())
     if paths == _settings_loaded:
         return
-    for path in paths:
-        tool = import_string(path)
-        tool_register(tool if isinstance(tool, Tool) else tool())
+    # Each path resolved before any is registered: a bad one registers none, and the next call
+    # (the start-up check, then every send's) names it again.
+    tools = [_settings_tool(path) for path in paths]
+    for tool in tools:
+        tool_register(tool)
     _settings_loaded = paths
+
+
+def _settings_tool(path: str) -> Tool:
+    target = import_string(path)
+    tool = target if isinstance(target, Tool) else target() if callable(target) else None
+    if not isinstance(tool, Tool):
+        raise TypeError(f"{path} is neither a chat.tools.Tool nor a callable returning one")
+    return tool
 
 
 def tools_registered() -> dict[str, Tool]:

@@ -312,3 +312,40 @@ def test_an_empty_runtime_dir_or_log_level_is_the_default_not_the_working_direct
     assert done.returncode == 0, done.stderr
     runtime, level = done.stdout.split()
     assert runtime.endswith("/runtime") and level == "INFO"
+
+
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        # Each started, then failed every request or took a value it could not honour (a probe).
+        ({"SECRET_KEY": "short-but-set"}, "SECRET_KEY: must be at least 50 characters, got 13"),
+        ({"ALLOWED_HOSTS": "", "DEBUG": "false"}, "ALLOWED_HOSTS: empty"),
+        ({"HTTP_THREADS": "80000"}, "HTTP_THREADS: must be <= 256, got 80000"),
+        ({"CHAT_MAX_MESSAGE_RUNES": "3000000"}, "CHAT_MAX_MESSAGE_RUNES: 3000000 is more than"),
+        (
+            {"CHAT_MAX_MESSAGE_RUNES": "5000", "WS_MAX_FRAME_BYTES": "4096"},
+            "CHAT_MAX_MESSAGE_RUNES: 5000 is more than",
+        ),
+    ],
+)
+def test_settings_the_app_could_not_honour_stop_start_up(env, needle):
+    done = _settings_in_child(env, "1")
+    assert done.returncode != 0
+    assert f"ImproperlyConfigured: {needle}" in done.stderr, done.stderr[-500:]
+
+
+def test_an_empty_allowed_hosts_is_fine_under_debug_and_limits_may_be_raised_together():
+    # DEBUG lets localhost in on its own; a message limit goes up with the body caps.
+    done = _settings_in_child(
+        {
+            "ALLOWED_HOSTS": "",
+            "DEBUG": "true",
+            "CHAT_MAX_MESSAGE_RUNES": "3000000",
+            "HTTP_MAX_BODY_BYTES": "40000000",
+            "WS_MAX_FRAME_BYTES": "40000000",
+            "HTTP_THREADS": "256",
+        },
+        "s.ALLOWED_HOSTS, s.CHAT_MAX_MESSAGE_RUNES, s.HTTP_THREADS",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "3000000", "256"]

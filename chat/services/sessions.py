@@ -82,7 +82,13 @@ def _messages_delete_chunk(*, session_id: int) -> int:
 
 def _raw_delete(queryset: Any) -> int:
     """DELETE the rows of `queryset` in one statement, children by the database's cascades;
-    how many rows of its own model went. No model signals are sent: none are connected."""
+    how many rows of its own model went. No model signals are sent: none are connected.
+
+    `_raw_delete` is private to Django: it is what Django's own collector calls for a "fast
+    delete", and the public `delete()` would run the collector, which reads every message id
+    first (vectors cascade from messages). tests/test_db_on_delete.py checks what this relies
+    on: every relation under a session cascades in the database, and none has a delete signal;
+    a Django upgrade that renames it fails those tests, not a user's delete."""
     return int(queryset._raw_delete(queryset.db))
 
 
