@@ -33,7 +33,8 @@ def message_exists(qs: QuerySet[ChatMessage]) -> bool:
     return message_rows(qs, order="id", limit=1).exists()
 
 
-# The columns message_tail_rows returns, in order.
+# The columns message_tail_rows returns, in order; then created_at as the database gives it
+# (see message_tail_rows).
 TAIL_COLUMNS = ("id", "role", "content", "tool_calls", "tool_call_id", "status")
 
 
@@ -46,8 +47,11 @@ def message_tail_rows(
     below_id: int | None = None,
 ) -> list[tuple[Any, ...]]:
     """Up to `limit` of the session's messages with `from_id <= id < below_id` (either bound
-    optional), in `order`, as TAIL_COLUMNS tuples with tool_calls decoded: message_rows' plan
-    (the ids chosen from chat_msg_session_id_idx in a subquery), written out.
+    optional), in `order`, as TAIL_COLUMNS tuples with tool_calls decoded and the row's
+    created_at last, undecoded on SQLite (text: most rows' dates are never looked at, and
+    Django's converter parsing each took more than the read; chat.search.backends'
+    stamp_datetime reads either): message_rows' plan (the ids chosen from
+    chat_msg_session_id_idx in a subquery), written out.
     Raw SQL because this is the read before every send's first token, and for a page of 200
     rows the ORM took longer to build the statement and convert its rows than PostgreSQL
     took to answer it (1.4 ms against 0.6 ms; bench ttft).
@@ -63,9 +67,13 @@ def message_tail_rows(
         conditions.append("id < %s")
         params.append(below_id)
     direction = "DESC" if order == "-id" else "ASC"
+    # SQLite: an expression (a unary plus, a no-op) has no declared type, so the driver leaves
+    # the text as it is.
+    created_at = "+created_at" if connection.vendor == "sqlite" else "created_at"
     # Only constants (columns, the table, the direction) are formatted in; values are bound.
     sql = (
-        f"SELECT {', '.join(TAIL_COLUMNS)} FROM {table} WHERE id IN ("  # noqa: S608
+        f"SELECT {', '.join(TAIL_COLUMNS)}, {created_at} "  # noqa: S608
+        f"FROM {table} WHERE id IN ("
         f"SELECT id FROM {table} WHERE {' AND '.join(conditions)} "
         f"ORDER BY id {direction} LIMIT %s) ORDER BY id {direction}"
     )
@@ -74,6 +82,6 @@ def message_tail_rows(
         rows = cursor.fetchall()
     # JSON arrives as text on both databases (Django's psycopg setup leaves jsonb undecoded).
     return [
-        (mid, role, content, json.loads(calls) if isinstance(calls, str) else calls, tcid, st)
-        for mid, role, content, calls, tcid, st in rows
+        (mid, role, content, json.loads(calls) if isinstance(calls, str) else calls, tcid, st, at)
+        for mid, role, content, calls, tcid, st, at in rows
     ]

@@ -73,6 +73,10 @@ class TailMessage:
     tool_calls: Any
     tool_call_id: str
     runes: int
+    # When it was written, as the database gave it (text on SQLite, chat/queries.py), for
+    # recall's dated pieces: a tail message the payload leaves out is recalled from here, not
+    # read again. None where it was not read.
+    stamp: Any = None
 
     @classmethod
     def from_row(cls, row: ChatMessage) -> TailMessage:
@@ -83,6 +87,7 @@ class TailMessage:
             tool_calls=row.tool_calls,
             tool_call_id=row.tool_call_id,
             runes=message_runes(content=row.content, tool_calls=row.tool_calls),
+            stamp=row.created_at,
         )
 
     def as_openai(self) -> Message:
@@ -133,8 +138,9 @@ def tail_page(
             tool_calls=tool_calls,
             tool_call_id=tool_call_id,
             runes=message_runes(content=content, tool_calls=tool_calls),
+            stamp=stamp,
         )
-        for mid, role, content, tool_calls, tool_call_id, status in rows
+        for mid, role, content, tool_calls, tool_call_id, status, stamp in rows
         if status not in EXCLUDED_FROM_MODEL
     ]
     return page, (rows[-1][0] if rows else 0), len(rows), more

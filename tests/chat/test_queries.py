@@ -6,6 +6,7 @@ import pytest
 
 from chat.models import ChatMessage, MessageRole, MessageStatus
 from chat.queries import TAIL_COLUMNS, message_rows, message_tail_rows
+from chat.search.backends import stamp_datetime
 from tests.factories import ChatSessionFactory, make_conversation
 
 pytestmark = pytest.mark.django_db
@@ -14,7 +15,13 @@ CALLS = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments":
 
 
 def _orm(qs, *, order, limit):
-    return list(message_rows(qs, order=order, limit=limit).values_list(*TAIL_COLUMNS))
+    columns = (*TAIL_COLUMNS, "created_at")
+    return list(message_rows(qs, order=order, limit=limit).values_list(*columns))
+
+
+def _dated(rows):
+    """The raw rows with their created_at read as the ORM reads it (SQLite gives text)."""
+    return [(*row[:-1], stamp_datetime(row[-1])) for row in rows]
 
 
 @pytest.mark.parametrize("order", ["id", "-id"])
@@ -40,7 +47,7 @@ def test_the_raw_tail_read_returns_what_the_orm_would(order):
     for bounds, expected in cases:
         for limit in (1, 5, 100):
             raw = message_tail_rows(session_id=session.pk, order=order, limit=limit, **bounds)
-            assert raw == _orm(expected, order=order, limit=limit), (bounds, limit)
+            assert _dated(raw) == _orm(expected, order=order, limit=limit), (bounds, limit)
     newest = message_tail_rows(session_id=session.pk, order="-id", limit=2)
     assert newest[1][3] == CALLS  # decoded, as the JSONField would
     assert newest[0][5] == MessageStatus.STREAMING  # the caller filters, not the SQL
