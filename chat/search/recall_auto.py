@@ -38,6 +38,7 @@ import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 
@@ -371,7 +372,7 @@ def _fit(
     for n, share in neighbour_shares(around, scores=scores, by_id=by_id).items():
         candidates[n] = max(scores.get(n, 0.0), share)
     order = RecallOrder(sequence, near, position=position)
-    chosen: dict[int, Recalled] = {}
+    chosen: dict[int, tuple[str, datetime | None, str, int]] = {}
     # Every piece is charged as if it opened a run (a dated header and the separator: every
     # row has its created_at); the first piece rendered has no separator before it.
     left = ask.room + len(SEPARATOR)
@@ -397,7 +398,6 @@ def _fit(
         if cost > left:
             continue
         when = window.created_at(mid, stamp) if window is not None else stamp_datetime(stamp)
-        chosen[mid] = Recalled(mid, role, when, text, body_runes=body)
+        chosen[mid] = (role, when, text, body)
         left -= cost
-    ordered = sorted(chosen.values(), key=lambda m: m.id)
-    return recall_runs(ordered, adjacent=order.adjacent)
+    return recall_runs(chosen, adjacent=order.adjacent)
