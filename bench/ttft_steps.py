@@ -24,7 +24,7 @@ from typing import Any, TextIO, cast
 
 SEND_PATH = "/api/v1/chat/send"
 # REST sends per kind of session (bench/ttft.py), after two untimed rounds.
-STEPS_SENDS = 10
+STEPS_SENDS = int(os.environ.get("BENCH_STEPS_SENDS", "10"))
 # (mark, what it is), in the order a send takes them; the client adds "sent" and "received".
 STEPS = [
     ("arrived", "request at the ASGI app"),

@@ -27,7 +27,7 @@ from chat.cursors import (
 from chat.errors import NotFound
 from chat.llm import provider_info
 from chat.models import Agent, ChatMessage, ChatSession, ContextSnapshot, MessageRole
-from chat.queries import message_exists, message_rows
+from chat.queries import message_exists, message_rows, session_owned_row
 from chat.search.recall_warm import recall_window_warm_start
 from chat.text import ascii_int
 
@@ -41,19 +41,16 @@ def _parse_id(value: Any) -> int:
     return parsed
 
 
-def session_for_user(*, user: Any, session_id: Any, for_update: bool = False) -> ChatSession:
-    """The user's session, or NotFound. `for_update` locks the row (callers hold a transaction)."""
+def session_for_user(*, user: Any, session_id: Any) -> ChatSession:
+    """The user's session, with its owner and agent, or NotFound. The owner is read afresh
+    with it: a user deactivated since they logged in (their socket still open, their cookie
+    not yet expired) owns nothing any more."""
     if user is None or not user.is_authenticated:
         raise NotFound()
-    qs = ChatSession.objects.select_related("agent", "owner")
-    if for_update:
-        qs = qs.select_for_update(of=("self",))
-    try:
-        # owner__is_active: a user deactivated since they logged in (their socket is still open,
-        # their session cookie not yet expired) owns nothing any more.
-        return qs.get(pk=_parse_id(session_id), owner=user, owner__is_active=True)
-    except ChatSession.DoesNotExist:
-        raise NotFound() from None
+    found = session_owned_row(session_id=_parse_id(session_id), owner_id=user.pk)
+    if found is None:
+        raise NotFound()
+    return found
 
 
 def session_opened_for_user(*, user: Any, session_id: Any) -> ChatSession:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chat.models import ChatMessage, MessageRole, MessageStatus
+from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
 from chat.queries import TAIL_COLUMNS, message_rows, message_tail_rows
 from chat.search.backends import stamp_datetime
 from tests.factories import ChatSessionFactory, make_conversation
@@ -80,3 +80,48 @@ def test_messages_have_one_index_by_session_and_the_reads_by_session_use_it():
             cursor.execute("EXPLAIN QUERY PLAN " + sql, [session.pk])
             plan = " ".join(row[-1] for row in cursor.fetchall())
         assert "USING" in plan and "INDEX" in plan and "SCAN chat_messages" not in plan, plan
+
+
+def _fields(instance):
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+@pytest.mark.parametrize("with_agent", [True, False])
+def test_the_session_read_returns_what_the_orm_would(with_agent, django_assert_num_queries):
+    """session_owned_row writes its SQL once; the ORM's select_related read is the reference
+    (every column converted alike: dates, booleans, JSON, UUIDs, NULLs)."""
+    from django.utils import timezone
+
+    from chat.queries import session_owned_row
+    from tests.factories import AgentFactory
+
+    session = ChatSessionFactory(
+        context_summary="## Facts\n- ü", compaction_lease_until=timezone.now()
+    )
+    if with_agent:
+        session.agent = AgentFactory(owner=session.owner, config_json={"tools": ["x"], "n": 1.5})
+        session.save()
+    expected = ChatSession.objects.select_related("agent", "owner").get(pk=session.pk)
+    with django_assert_num_queries(1):
+        found = session_owned_row(session_id=session.pk, owner_id=session.owner_id)
+        assert found is not None
+        assert _fields(found) == _fields(expected)
+        assert _fields(found.owner) == _fields(expected.owner)
+        if with_agent:
+            assert _fields(found.agent) == _fields(expected.agent)
+            assert found.agent.config_json == {"tools": ["x"], "n": 1.5}
+        else:
+            assert found.agent is None
+    assert found._state.adding is False and found.owner._state.db == "default"
+
+
+def test_the_session_read_is_none_for_another_owner_an_inactive_one_or_no_session():
+    from chat.queries import session_owned_row
+
+    session = ChatSessionFactory()
+    other = ChatSessionFactory()
+    assert session_owned_row(session_id=session.pk, owner_id=other.owner_id) is None
+    assert session_owned_row(session_id=10**12, owner_id=session.owner_id) is None
+    session.owner.is_active = False
+    session.owner.save()
+    assert session_owned_row(session_id=session.pk, owner_id=session.owner_id) is None
