@@ -17,6 +17,13 @@ alone, so a stranger cannot lock a user out from everywhere by typing wrong pass
 guessing one username from many addresses is what the per-username rate limit (login_username)
 is for. A successful login clears the pair's failures.
 
+That per-username limit is shared by every address, so it could itself lock a user out: a
+stranger sending ten wrong passwords a minute for someone kept them at 429 everywhere (a
+probe). So an attempt is counted against it only when nothing else refused it first (the
+pair's lockout, the address's limit), and never from an address the user logged in from
+before (LOGIN_KNOWN_SECONDS): there the pair's lockout already bounds the guesses. A user
+keeps logging in from where they usually do while their name is being guessed elsewhere.
+
 Hooks: `user_login_failed` (sent by authenticate() for every failure, whoever called it) counts
 failures; `LockoutBackend`, first in AUTHENTICATION_BACKENDS, refuses a locked pair for any
 caller; the views (TokenView, `login_guarded`) check the lockout and the rate limits first so
@@ -95,25 +102,38 @@ def login_failure_record(*, request: Any, username: object) -> None:
         limits.cache_call("add", _lock_key(pair), limits._now() + period, timeout=period + 1)
 
 
+def _known_key(pair: str) -> str:
+    return f"login:known:{pair}"
+
+
 def login_success_record(*, request: Any, username: object) -> None:
     pair = _pair(request, username)
     if pair is not None:
         limits.cache_call("delete_many", [f"login:fail:{pair}", _lock_key(pair)])
+        # Its end kept as the value, as the lockout's: read against the limiter's clock.
+        known = settings.LOGIN_KNOWN_SECONDS
+        limits.cache_call("set", _known_key(pair), limits._now() + known, timeout=known + 1)
 
 
 def login_attempt_wait(*, request: Any, username: object) -> tuple[int, str] | None:
     """For a login route, before checking the password: (seconds to wait, reason code) when
-    the attempt must be refused, else None. Counts the attempt against the address and
-    username rate limits."""
+    the attempt must be refused, else None. Counts the attempt against the address's rate
+    limit, then (unless that refused it, or the user logged in from here before) against the
+    username's: see the module's docstring."""
     locked = login_lockout_remaining(request=request, username=username)
     if locked is not None:
         return locked, "login_locked"
-    waits = [limits.limit_hit(scope=SCOPE_IP, ident=client_ip(request))]
-    key = username_key(username)
-    if key is not None:
-        waits.append(limits.limit_hit(scope=SCOPE_USERNAME, ident=key))
-    worst = max((w for w in waits if w is not None), default=None)
-    return None if worst is None else (worst, "throttled")
+    wait = limits.limit_hit(scope=SCOPE_IP, ident=client_ip(request))
+    if wait is not None:
+        return wait, "throttled"
+    key, pair = username_key(username), _pair(request, username)
+    if key is None or pair is None:
+        return None
+    known_until = limits.cache_call("get", _known_key(pair))
+    if known_until is not None and float(known_until) > limits._now():
+        return None
+    wait = limits.limit_hit(scope=SCOPE_USERNAME, ident=key)
+    return None if wait is None else (wait, "throttled")
 
 
 # --- hooks -----------------------------------------------------------------------------------

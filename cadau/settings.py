@@ -274,6 +274,10 @@ RATE_LIMITS: dict[str, str] = _rates(RATE_DEFAULTS)  # each is THROTTLE_<SCOPE> 
 # that pair out for LOGIN_LOCKOUT_SECONDS (cadau/logins.py); 0 turns the lockout off.
 LOGIN_FAILURE_LIMIT: int = _int("LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_LOCKOUT_SECONDS: int = _int("LOGIN_LOCKOUT_SECONDS", default=900, minimum=1)
+# How long an address a user logged in from stays known for that user: logins from it are not
+# counted against the per-username rate limit (cadau/logins.py), so a stranger guessing the
+# name elsewhere cannot lock them out there.
+LOGIN_KNOWN_SECONDS: int = _int("LOGIN_KNOWN_SECONDS", default=30 * 24 * 3600, minimum=1)
 
 # --- Auth ---------------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

@@ -191,6 +191,47 @@ def test_token_endpoint_is_throttled_per_username_across_addresses(settings, clo
     assert _token_post("bob", "wrong", ip="10.1.0.9").status_code == 400
 
 
+def test_a_stranger_cannot_lock_a_user_out_of_where_they_log_in_from(settings, clock):
+    """A probe: 101 wrong passwords for carol from one address, most of them refused as
+    locked out, still spent the username's budget that every address shares, and carol's
+    right password from her own address got 429."""
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_username": "10/min", "login_ip": "off"}
+    UserFactory(username="carol")
+    assert _token_post("carol", PASSWORD, ip="10.0.0.1").status_code == 200  # her address
+    clock.advance(60)
+    answers = [_token_post("carol", "wrong", ip="10.6.6.6").status_code for _ in range(101)]
+    assert answers.count(400) == settings.LOGIN_FAILURE_LIMIT  # then locked, not counted
+    # Her own address: known, so the guessing elsewhere does not count against her.
+    assert _token_post("carol", PASSWORD, ip="10.0.0.1").status_code == 200
+    assert _form_post("carol", PASSWORD, ip="10.0.0.1").status_code == 302
+
+
+def test_the_username_limit_still_holds_for_addresses_never_seen_for_that_user(settings, clock):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_username": "4/min", "login_ip": "off"}
+    UserFactory(username="alice")
+    assert _token_post("alice", PASSWORD, ip="10.0.0.1").status_code == 200
+    clock.advance(60)  # that login counted: the next window
+    for n in range(4):
+        assert _token_post("alice", "wrong", ip=f"10.2.0.{n}").status_code == 400
+    _assert_429(_token_post("alice", PASSWORD, ip="10.2.0.9"))  # a new address: refused
+    assert _token_post("alice", PASSWORD, ip="10.0.0.1").status_code == 200  # hers: not
+    # Known for LOGIN_KNOWN_SECONDS only.
+    clock.advance(settings.LOGIN_KNOWN_SECONDS + 60)
+    for n in range(4):
+        assert _token_post("alice", "wrong", ip=f"10.3.0.{n}").status_code == 400
+    _assert_429(_token_post("alice", PASSWORD, ip="10.0.0.1"))
+
+
+def test_an_address_over_its_limit_does_not_spend_the_usernames(settings, clock):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_username": "3/min", "login_ip": "2/min"}
+    UserFactory(username="alice")
+    for _ in range(2):
+        assert _token_post("alice", "wrong", ip="10.4.0.1").status_code == 400
+    for _ in range(5):
+        _assert_429(_token_post("alice", "wrong", ip="10.4.0.1"))
+    assert _token_post("alice", PASSWORD, ip="10.4.0.2").status_code == 200  # 3rd of 3
+
+
 def test_token_login_locks_out_after_failures_even_with_the_right_password(settings, clock):
     settings.LOGIN_FAILURE_LIMIT = 3
     settings.LOGIN_LOCKOUT_SECONDS = 600

@@ -62,19 +62,6 @@ class UserThrottle(ScopedThrottle):
         return f"ip:{logins.client_ip(request)}"
 
 
-class AddressThrottle(ScopedThrottle):
-    def ident(self, request: Request) -> str | None:
-        return logins.client_ip(request)
-
-
-class UsernameThrottle(ScopedThrottle):
-    """Per username in the request body (hashed, case-folded); not counted without one."""
-
-    def ident(self, request: Request) -> str | None:
-        data = request.data
-        return logins.username_key(data.get("username")) if isinstance(data, dict) else None
-
-
 def _scoped(
     base: type[ScopedThrottle], scope: str, methods: tuple[str, ...]
 ) -> type[ScopedThrottle]:
@@ -84,15 +71,3 @@ def _scoped(
 
 def per_user(scope: str, *, methods: tuple[str, ...] = ("POST",)) -> type[ScopedThrottle]:
     return _scoped(UserThrottle, scope, methods)
-
-
-def per_address(scope: str, *, methods: tuple[str, ...] = ("POST",)) -> type[ScopedThrottle]:
-    return _scoped(AddressThrottle, scope, methods)
-
-
-def per_username(scope: str, *, methods: tuple[str, ...] = ("POST",)) -> type[ScopedThrottle]:
-    return _scoped(UsernameThrottle, scope, methods)
-
-
-# The login routes share their counters with the HTML login form (cadau.logins).
-LOGIN_THROTTLES = [per_address(logins.SCOPE_IP), per_username(logins.SCOPE_USERNAME)]

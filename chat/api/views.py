@@ -16,14 +16,15 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from cadau.logins import login_lockout_remaining, login_success_record
+from cadau.logins import login_attempt_wait, login_success_record
 from cadau.tokens import token_issue, token_revoke
 from chat.api import serializers as s
 from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
-from chat.api.throttles import LOGIN_THROTTLES, per_user
+from chat.api.throttles import per_user
 from chat.rendering import render_markdown
 from chat.selectors import (
     history_page,
@@ -273,7 +274,10 @@ class TokenView(ObtainAuthToken):
     DELETE revokes the caller's token. POSTs are rate-limited per address and per username,
     and a (username, address) pair with repeated failures is locked out (cadau/logins.py)."""
 
-    throttle_classes = LOGIN_THROTTLES
+    # Counted in post() by cadau.logins.login_attempt_wait, as the login form counts: the
+    # lockout first, then the address, then the username (DRF's throttles would count a
+    # locked-out attempt against the username's limit, which every address shares).
+    throttle_classes: list[type[BaseThrottle]] = []
     # ObtainAuthToken names DRF's own JSON parser; ours refuses deep nesting, NUL and lone
     # surrogates with a 400 (chat/text.py) where DRF's would fail deeper in with a 500.
     parser_classes = (FormParser, MultiPartParser, JSONParser)
@@ -300,13 +304,16 @@ class TokenView(ObtainAuthToken):
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         username = request.data.get("username") if isinstance(request.data, dict) else None
-        locked = login_lockout_remaining(request=request, username=username)
-        if locked is not None:
-            raise exceptions.Throttled(
-                wait=locked,
-                detail="Too many failed logins for this username from this address.",
-                code="login_locked",
-            )
+        refused = login_attempt_wait(request=request, username=username)
+        if refused is not None:
+            wait, reason = refused
+            if reason == "login_locked":
+                raise exceptions.Throttled(
+                    wait=wait,
+                    detail="Too many failed logins for this username from this address.",
+                    code="login_locked",
+                )
+            raise exceptions.Throttled(wait=wait)
         # A failure is counted by the user_login_failed signal authenticate() sends.
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
