@@ -39,6 +39,7 @@ from cadau.deferred import (
     deferred_resolve,
     headers_carry,
 )
+from cadau.headrequests import bodiless_send
 
 # Set in a request's scope by ASGIHandler.__call__ when the view it resolves to is sync.
 _SYNC_VIEW = "cadau.sync_view"
@@ -65,6 +66,8 @@ class ASGIHandler(DjangoASGIHandler):
         )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("method") == "HEAD":
+            send = bodiless_send(send)  # cadau/headrequests.py: Daphne would send the body
         if scope["type"] == "http" and not _view_is_async(scope["path"]):
             # Django wraps every request in a ThreadSensitiveContext: a thread created for the
             # request's thread-sensitive sync calls, and another to join it at the end. Here

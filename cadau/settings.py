@@ -109,6 +109,7 @@ MIDDLEWARE = [
     # First: it sees a deferred response after every other middleware has (cadau/deferred.py).
     "cadau.deferred.DeferredResponseMiddleware",
     "chat.middleware.TurnForegroundMiddleware",  # early: background work gives way to a send
+    "cadau.headrequests.HeadWithoutBodyMiddleware",  # a HEAD never starts a streamed body
     "cadau.compression.CompressionMiddleware",  # gzip, after the body is written; never streams
     "django.middleware.security.SecurityMiddleware",
     "chat.middleware.ContentSecurityPolicyMiddleware",

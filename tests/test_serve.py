@@ -202,6 +202,38 @@ def test_oversized_headers_are_a_json_431_and_bad_http_a_json_400(daphne):
     assert httpx.get(f"{daphne.url}/api/v1/status").status_code == 403
 
 
+def test_a_head_sends_no_body_and_the_connection_stays_usable(daphne, owner):
+    """Daphne wrote every body chunk but the first after a HEAD's headers: a streamed export
+    (and any body over 64 KiB) went onto the connection where the next response belongs."""
+    from rest_framework.authtoken.models import Token
+
+    from chat.models import ChatMessage
+
+    session: Any = ChatSessionFactory(owner=owner)
+    big = "€" * 60_000  # over Django's 64 KiB chunk once encoded
+    for n in range(3):
+        ChatMessage.objects.create(session=session, role="user", content=f"{n} {big}")
+    key = Token.objects.create(user=owner).key
+    auth = f"Authorization: Token {key}\r\nHost: 127.0.0.1\r\n".encode()
+    targets = [
+        f"/api/v1/chat/sessions/{session.pk}/export".encode(),
+        f"/api/v1/chat/history?session_id={session.pk}&limit=3".encode(),
+    ]
+    for target in targets:
+        with socket.create_connection(("127.0.0.1", daphne.port), timeout=10) as raw:
+            raw.sendall(b"HEAD " + target + b" HTTP/1.1\r\n" + auth + b"\r\n")
+            raw.sendall(b"GET /api/v1/status HTTP/1.1\r\n" + auth + b"Connection: close\r\n\r\n")
+            reply = b""
+            with contextlib.suppress(TimeoutError):
+                while part := raw.recv(65536):
+                    reply += part
+        head, _, rest = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), (target, reply[:300])
+        # What follows the HEAD's headers is the next response, not a byte of the body.
+        assert rest.startswith(b"HTTP/1.1 200"), (target, rest[:200])
+        assert b"\xe2\x82\xac" not in rest  # no "€" of the messages
+
+
 async def test_a_frame_flood_is_closed_without_tracebacks(daphne, owner):
     """A client that floods frames is closed with 4429; one that floods and drops the
     connection leaves its frames unanswered. Before: the frames still queued were answered
