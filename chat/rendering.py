@@ -45,6 +45,10 @@ TOKEN_PREFIX = "hl-"  # noqa: S105 - a CSS class prefix, not a secret
 HIGHLIGHT_MAX_CHARS = 100_000
 # Longer TeX is shown as its source: latex2mathml's cost grows with nesting.
 MATH_MAX_CHARS = 5_000
+# markdown-it's link and image rules cost ~70 us for every "[" (a probe: a reply of 48,000
+# took 3 s, and "![" 4 s, on every history read): past this many a text is rendered without
+# them, "[text](url)" left as text (bare URLs are still linked). ~35 ms at most.
+LINK_BRACKETS_MAX = 500
 
 _MATHML_TAGS = {
     "math", "semantics", "annotation", "mrow", "mi", "mn", "mo", "ms", "mtext", "mspace",
@@ -203,13 +207,16 @@ def _alignment_classes(state: Any) -> None:
             token.attrSet("class", f"align-{found.group(1)}")
 
 
-@lru_cache(maxsize=4)
-def _md(*, linkify: bool, math: bool) -> MarkdownIt:
+@lru_cache(maxsize=8)
+def _md(*, linkify: bool, math: bool, links: bool = True) -> MarkdownIt:
     """A parser with only the rules a text can need: linkify's scan and the math rules cost
-    a millisecond or two per message, several times the rest, on a history page of 50."""
+    a millisecond or two per message, several times the rest, on a history page of 50.
+    `links` False: no link or image syntax (LINK_BRACKETS_MAX)."""
     # "js-default" = CommonMark with html disabled; tables and strikethrough on.
     md = MarkdownIt("js-default", {"breaks": True, "linkify": linkify, "highlight": _highlight})
     md.enable(["table", "strikethrough"])
+    if not links:
+        md.disable(["link", "image", "reference"])
     if linkify:
         md.enable("linkify")
     md.use(tasklists_plugin, label=True)
@@ -230,7 +237,7 @@ def _parser_for(text: str) -> MarkdownIt:
     # What linkify-it can link (a scheme, "www.", an e-mail address) and what can open math.
     linkify = "://" in text or "www." in text or "@" in text
     math = "$" in text or "\\(" in text or "\\[" in text
-    return _md(linkify=linkify, math=math)
+    return _md(linkify=linkify, math=math, links=text.count("[") <= LINK_BRACKETS_MAX)
 
 
 # nh3 converts its allow-lists on every call, and the MathML ones are most of them (a

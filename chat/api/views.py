@@ -25,6 +25,7 @@ from chat.api import serializers as s
 from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
 from chat.api.throttles import per_user
+from chat.models import MessageRole
 from chat.rendering import render_markdown
 from chat.selectors import (
     history_page,
@@ -148,9 +149,12 @@ class HistoryView(APIView):
             )
         messages = s.MessageSerializer(page.messages, many=True).data
         if query.get("render") == "html":
-            # The chat page shows server-rendered, sanitised Markdown (chat/rendering.py).
+            # The chat page shows replies as server-rendered, sanitised Markdown
+            # (chat/rendering.py), and everything else as text: only replies are rendered
+            # (rendering costs with the text, and a user's own message can be 200,000 runes).
             for item, message in zip(messages, page.messages, strict=True):
-                item["content_html"] = render_markdown(message.content)
+                if message.role == MessageRole.ASSISTANT:
+                    item["content_html"] = render_markdown(message.content)
         return Response(
             {
                 "messages": messages,

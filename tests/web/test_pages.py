@@ -151,6 +151,25 @@ def test_history_render_html(api, owner) -> None:
     assert rendered["messages"][0]["content_html"] == "<p><strong>hi</strong></p>\n"
     bad = api.get("/api/v1/chat/history", {"session_id": session.pk, "render": "pdf"})
     assert bad.status_code == 400
+    # Only replies: the page shows the rest as text, and rendering costs with the text.
+    ChatMessage.objects.create(session=session, role=MessageRole.USER, content="**me**")
+    rendered = api.get("/api/v1/chat/history", {"session_id": session.pk, "render": "html"}).json()
+    assert [("content_html" in m) for m in rendered["messages"]] == [True, False]
+
+
+def test_bracket_heavy_text_renders_without_link_syntax_in_bounded_time() -> None:
+    """A probe: 48,000 "[" took 3 s to render ("![" 4 s), on every history read."""
+    import time
+
+    for text in ("[" * 48_000, "![" * 24_000):
+        started = time.perf_counter()
+        html = render_markdown(text)
+        assert time.perf_counter() - started < 1.0  # ~0.09 s here; 3-4 s with link rules
+        assert html.startswith("<p>" + text[:10])
+    # Under the bound, links are links.
+    assert 'noreferrer">l</a>' in render_markdown("[l](https://e.org) " + "[" * 400)
+    over = render_markdown("[l](https://e.org) " + "[" * 600)
+    assert 'noreferrer">l</a>' not in over and "[l](" in over  # the URL alone is linked
 
 
 def _page_config(html: str) -> dict[str, Any]:
