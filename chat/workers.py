@@ -26,6 +26,8 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db import close_old_connections, connections
 
+from chat.errors import CompactionInProgress
+
 logger = logging.getLogger("chat.background")
 
 
@@ -204,10 +206,24 @@ def embedding_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:
 # compactions), not in_worker's pool (streaming replies' database steps would), not the
 # background pool (it would queue behind summaries waiting for an idle one-slot model server).
 _model_waits = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cadau-model-wait")
+# Whose job is waiting or running there: one per user at a time. First come, first served
+# over everyone, it let one user's parallel compactions of slow summaries hold both threads
+# while another user's waited behind them (a probe: an instant compaction answered after 39 s
+# behind four of someone else's).
+_model_wait_owners: set[int] = set()
+_model_wait_lock = threading.Lock()
 
 
-async def model_wait_run(fn: Callable[..., Any], **kwargs: Any) -> Any:
-    """`fn(**kwargs)` in the model-wait pool; its result, or its exception, to the caller."""
+async def model_wait_run(fn: Callable[..., Any], *, owner: int, **kwargs: Any) -> Any:
+    """`fn(**kwargs)` in the model-wait pool; its result, or its exception, to the caller.
+    CompactionInProgress while a job of the same `owner` (a user id) waits or runs in this
+    process."""
+    with _model_wait_lock:
+        if owner in _model_wait_owners:
+            raise CompactionInProgress(
+                "Another compaction of yours is still running: try again once it has ended."
+            )
+        _model_wait_owners.add(owner)
 
     def job() -> Any:
         close_old_connections()
@@ -216,4 +232,8 @@ async def model_wait_run(fn: Callable[..., Any], **kwargs: Any) -> Any:
         finally:
             connections.close_all()
 
-    return await asyncio.wrap_future(_model_waits.submit(job))
+    try:
+        return await asyncio.wrap_future(_model_waits.submit(job))
+    finally:
+        with _model_wait_lock:
+            _model_wait_owners.discard(owner)

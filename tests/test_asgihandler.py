@@ -23,6 +23,7 @@ from cadau.contextconfig import ContextConfig
 from cadau.deferred import DeferredResponse, deferred_resolve
 from cadau.tokens import token_issue
 from chat.api import send as send_view
+from chat.errors import CompactionFailed
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.turn import service as turn_service
 from tests.factories import ChatSessionFactory, make_conversation
@@ -438,3 +439,48 @@ async def test_compact_now_waits_on_the_model_off_the_http_threads(
     assert response.json()["context_summary"] == summary_of("kept the numbers")
     assert response.headers["X-Frame-Options"] == "DENY"
     assert len(threads) == 1 and threads[0].startswith("cadau-model-wait")
+
+
+async def test_one_users_compactions_wait_one_at_a_time_and_never_hold_up_anothers(
+    owner, outsider, monkeypatch
+):
+    """A probe: four of one user's compactions of a hanging summariser held the pool's two
+    threads, and another user's instant one answered after 39 s. Now a user has one waiting or
+    running per process; a second gets 409 at once, and someone else's goes ahead."""
+    import chat.api.send as send_module
+
+    release = threading.Event()
+    started: list[int] = []
+
+    def slow(*, session_id: int, instructions: str) -> Any:
+        started.append(session_id)
+        release.wait(10)
+        raise CompactionFailed("the summariser answered nothing")
+
+    monkeypatch.setattr(send_module, "session_compact_now", slow)
+    token, first = await _token_and_session(owner)
+    _, second = await _token_and_session(owner)
+    other_token, others = await _token_and_session(outsider)
+
+    async def compact(key: str, session_id: int) -> httpx.Response:
+        async with _client(application) as client:
+            return await client.post(
+                f"/api/v1/chat/sessions/{session_id}/compact",
+                json={},
+                headers={"Authorization": f"Token {key}"},
+            )
+
+    waiting = asyncio.create_task(compact(token, first))
+    while not started:
+        await asyncio.sleep(0.01)
+    refused = await compact(token, second)
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "compaction_in_progress"
+    theirs = asyncio.create_task(compact(other_token, others))
+    while len(started) < 2:
+        await asyncio.sleep(0.01)
+    assert started == [first, others]
+    release.set()
+    assert (await waiting).status_code == 502 and (await theirs).status_code == 502
+    # Once it ended, the user may compact again.
+    assert (await compact(token, second)).status_code == 502

@@ -280,12 +280,12 @@ class CompactView(APIView):
         data.is_valid(raise_exception=True)
         instructions = data.validated_data.get("instructions", "")
         # A summarising model call: seconds, awaited off the HTTP threads (chat/workers.py).
-        return _defer(request, lambda: _compact_now(session.pk, instructions))
+        return _defer(request, lambda: _compact_now(session.pk, session.owner_id, instructions))
 
 
-async def _compact_now(session_id: int, instructions: str) -> HttpResponseBase:
+async def _compact_now(session_id: int, owner_id: int, instructions: str) -> HttpResponseBase:
     result = await model_wait_run(
-        session_compact_now, session_id=session_id, instructions=instructions
+        session_compact_now, owner=owner_id, session_id=session_id, instructions=instructions
     )
     body: dict[str, Any] = await in_worker(compaction_report)(session_id=session_id, result=result)
     return _json(body)
