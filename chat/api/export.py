@@ -1,9 +1,11 @@
 """GET /api/v1/chat/sessions/{id}/export?format=markdown|json: a whole session as a download.
 
 The response streams: the session is walked by message id a batch at a time in a worker thread
-(chat/selectors.session_message_batch), each batch rendered and written before the next is
-read, so a session of a million messages exports in the memory of one batch. The iterator is
-async because Django serves a synchronous one under ASGI by reading it whole first."""
+(chat/selectors.session_message_batch), each batch rendered and encoded there too and written
+before the next is read, so a session of a million messages exports in the memory of one
+batch. The iterator is async because Django serves a synchronous one under ASGI by reading it
+whole first. Rendering on the event loop stalled every other request of the process (a probe:
+1.4 s a batch of long messages), and batches of 500 such messages took ~750 MB."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ from chat.selectors import session_for_user, session_last_message_id, session_me
 from chat.shapes import message_payload
 from chat.workers import in_worker
 
-EXPORT_BATCH = 500
+# Messages per batch: a message may hold CHAT_MAX_MESSAGE_RUNES (200,000) runes.
+EXPORT_BATCH = 100
 FORMATS = ("markdown", "json")
 
 _ROLE_HEADINGS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "system": "System"}
@@ -89,25 +92,41 @@ async def _export_body(
 ) -> AsyncIterator[bytes]:
     through = await in_worker(session_last_message_id)(session_id=session.pk)
     yield head.encode()
-    after, first = 0, True
+    after = 0
     while True:
-        batch: list[ChatMessage] = await in_worker(session_message_batch)(
-            session_id=session.pk, after_id=after, through_id=through, limit=EXPORT_BATCH
+        chunk, last, read = await in_worker(_batch_rendered)(
+            session_id=session.pk,
+            after_id=after,
+            through_id=through,
+            render=render,
+            json_list=json_list,
         )
-        if not batch:
-            break
-        rendered = []
-        for message in batch:
-            piece = render(message)
-            if json_list and not first:
-                piece = "," + piece
-            first = False
-            rendered.append(piece)
-        yield "".join(rendered).encode()
-        after = batch[-1].pk
-        if len(batch) < EXPORT_BATCH:
+        if read:
+            yield chunk
+            after = last
+        if read < EXPORT_BATCH:
             break
     yield tail.encode()
+
+
+def _batch_rendered(
+    *,
+    session_id: int,
+    after_id: int,
+    through_id: int,
+    render: Callable[[ChatMessage], str],
+    json_list: bool,
+) -> tuple[bytes, int, int]:
+    """The batch after `after_id`, rendered and encoded, its last id and how many messages it
+    read."""
+    batch = session_message_batch(
+        session_id=session_id, after_id=after_id, through_id=through_id, limit=EXPORT_BATCH
+    )
+    pieces = [render(message) for message in batch]
+    # JSON items are comma-separated, and a batch after another opens with one.
+    separator = "," if json_list else ""
+    text = (separator if after_id and pieces else "") + separator.join(pieces)
+    return text.encode(), (batch[-1].pk if batch else after_id), len(batch)
 
 
 def _json_message(message: ChatMessage) -> str:
