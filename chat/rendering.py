@@ -111,7 +111,25 @@ def _filter_attribute(tag: str, attr: str, value: str) -> str | None:
         return value if value in _FIXED_CLASSES.get(tag, ()) else None
     if tag == "input":
         return {"type": "checkbox", "disabled": "disabled", "checked": "checked"}.get(attr)
+    if attr in _MATH_LENGTHS and not _length_modest(value):
+        return None  # the element keeps its natural size
     return value
+
+
+# MathML lengths a formula may set, and how large (either sign) by unit: `\rule{3000cm}` made
+# a message 113,000 px tall, `\hspace{5000cm}` one 189,000 px wide (a probe).
+_MATH_LENGTHS = {"width", "height", "depth", "lspace", "rspace", "minsize", "maxsize"}
+_LENGTH = re.compile(r"\s*-?(\d{1,6}(?:\.\d*)?|\.\d+)\s*([a-z%]*)\s*")
+_LENGTH_MAX = {"em": 20, "ex": 40, "mu": 360, "cm": 15, "mm": 150, "in": 6, "pt": 430, "pc": 36}
+_LENGTH_MAX |= {"px": 580, "%": 100, "": 20}
+
+
+def _length_modest(value: str) -> bool:
+    found = _LENGTH.fullmatch(value)
+    if found is None:
+        return value.strip() in {"thin", "medium", "thick", "auto", "infinity"}
+    limit = _LENGTH_MAX.get(found.group(2))
+    return limit is not None and float(found.group(1)) <= limit
 
 
 def _highlight(code: str, lang: str, _attrs: str) -> str:
@@ -177,11 +195,27 @@ def _math(tex: str, *, display: bool) -> str:
             logger.debug("math did not convert", exc_info=True)
         else:
             annotation = f'<annotation encoding="application/x-tex">{source}</annotation>'
+            mathml = _text_escaped(mathml)
             inner = mathml.split(">", 1)[1].rsplit("</math>", 1)[0]
             opening = mathml.split(">", 1)[0] + ">"
             mathml = f"{opening}<semantics><mrow>{inner}</mrow>{annotation}</semantics></math>"
             return f'<{tag} class="{css}">{mathml}</{tag}>'
     return f'<{tag} class="math-error"><code>{source}</code></{tag}>'
+
+
+# What latex2mathml writes: MathML tags and character references. Anything else in its output
+# is text it copied from the TeX unescaped (`\text{a<b}`, `\&`): the sanitiser parsed that
+# as HTML, which lost text ("a<b and c>d" showed "ad") and let `\text{<h1>...}` make a
+# heading (a probe).
+_MATHML_PIECE = re.compile(
+    rf"(</?(?:{'|'.join(sorted(_MATHML_TAGS))})(?:\s[^<>]*)?/?>"
+    r"|&(?:#x[0-9a-fA-F]+|#[0-9]+|[a-zA-Z][a-zA-Z0-9]*);)"
+)
+
+
+def _text_escaped(mathml: str) -> str:
+    parts = _MATHML_PIECE.split(mathml)
+    return "".join(p if i % 2 else html.escape(p, quote=False) for i, p in enumerate(parts))
 
 
 def _math_rule(display: bool) -> Any:

@@ -137,3 +137,15 @@ def test_phone_header_menu_targets_and_title(variant_page: Any, app: LiveApp, us
     page.click("#open-sidebar")
     wait_js(page, "document.getElementById('sidebar').getBoundingClientRect().x >= 0")
     assert page.evaluate(SMALL_TARGETS) == []
+
+
+def test_a_long_agent_name_stays_inside_the_sidebar(page: Any, app: LiveApp, user: Any) -> None:
+    """A probe: a 100-character name (allowed) stretched the agent picker and the New chat
+    button to 819 px in the 270 px sidebar, over the chat."""
+    Agent.objects.create(owner=user, name="A" * 100, model="")
+    login(page, app, user)
+    page.wait_for_selector("#agent-picker:not([hidden]) select")
+    sidebar = page.eval_on_selector(".sidebar", "n => n.getBoundingClientRect().right")
+    for selector in ("#agent-picker select", "#new-chat"):
+        right = page.eval_on_selector(selector, "n => n.getBoundingClientRect().right")
+        assert right <= sidebar, (selector, right, sidebar)

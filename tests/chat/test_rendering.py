@@ -120,3 +120,38 @@ def test_the_served_highlight_css_is_what_pygments_makes() -> None:
     served = (ROOT / "static" / "chat" / "highlight.css").read_text()
     assert served == highlight_css(), "regenerate static/chat/highlight.css (see highlight_css)"
     assert "@media (prefers-color-scheme: dark)" in served and ".markdown pre .hl-k" in served
+
+
+@pytest.mark.parametrize(
+    ("tex", "shown"),
+    [
+        # Copied unescaped by latex2mathml, these were parsed as HTML by the sanitiser: text
+        # lost ("ad"), or a real heading made from a formula (a probe).
+        (r"$\text{a<b and c>d}$", "<mtext>a&lt;b&nbsp;and&nbsp;c&gt;d</mtext>"),
+        (r"$\text{<h1>Session expired</h1>}$", "<mtext>&lt;h1&gt;Session&nbsp;expired"),
+        (r"$\text{x \& y}$", "&amp;"),
+    ],
+)
+def test_text_inside_math_is_text(tex, shown):
+    html = render_markdown(tex)
+    assert shown in html
+    assert "<h1>" not in html and "<table>" not in html
+
+
+@pytest.mark.parametrize(
+    ("tex", "kept"),
+    [
+        (r"\[\rule{3000cm}{3000cm}\]", None),  # was a message 113,000 px tall
+        (r"$\hspace{5000cm}x$", None),
+        (r"$\kern-900px x$", None),
+        (r"$\hspace{1em}x$", 'width="1em"'),
+        (r"$\hspace{-0.5em}x$", 'width="-0.5em"'),
+    ],
+)
+def test_math_lengths_are_kept_modest(tex, kept):
+    html = render_markdown(tex)
+    assert "<math" in html
+    if kept is None:
+        assert "width=" not in html and "height=" not in html
+    else:
+        assert kept in html
