@@ -24,7 +24,13 @@ from agentmemory.hooks import entry_payload
 from agentmemory.selectors import source_message_for
 from chat.api.agents import AGENT_ID_PATH, ERRORS
 from chat.api.errors import ApiError
-from chat.api.fields import BodySerializer, StrictCharField, StrictIntegerField, id_field
+from chat.api.fields import (
+    BodySerializer,
+    StrictCharField,
+    StrictDateField,
+    StrictIntegerField,
+    id_field,
+)
 from chat.api.throttles import per_user
 from chat.rendering import render_markdown
 from chat.selectors import agent_for_user
@@ -79,7 +85,7 @@ class EntryListQuerySerializer(serializers.Serializer):
 
 
 class DailyQuerySerializer(serializers.Serializer):
-    date = serializers.DateField(required=False, input_formats=["%Y-%m-%d"])
+    date = StrictDateField(required=False, input_formats=["%Y-%m-%d"])
 
 
 class DailySerializer(serializers.Serializer):

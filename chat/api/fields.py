@@ -19,7 +19,20 @@ from chat.text import ascii_int, line_problem
 MAX_DB_ID = 2**63 - 1
 
 
-class StrictCharField(serializers.CharField):
+class EmptyIsGiven:
+    """A query parameter given empty (`?before=`) is a value, to be judged as one, not read
+    as absent as DRF reads it (docs/api.md): `?session_id=` of a search searched every
+    session, `?before=` read the newest page."""
+
+    field_name: str | None
+
+    def get_value(self, dictionary: Any) -> Any:
+        if isinstance(dictionary, QueryDict) and dictionary.get(self.field_name or "") == "":
+            return ""
+        return super().get_value(dictionary)  # type: ignore[misc]
+
+
+class StrictCharField(EmptyIsGiven, serializers.CharField):
     """A JSON string, never a number or a boolean made into one."""
 
     def to_internal_value(self, data: Any) -> str:
@@ -39,16 +52,17 @@ class LineField(StrictCharField):
         return value
 
 
-class StrictIntegerField(serializers.IntegerField):
+class StrictChoiceField(EmptyIsGiven, serializers.ChoiceField):
+    """One of its choices; `?render=` is none of them."""
+
+
+class StrictDateField(EmptyIsGiven, serializers.DateField):
+    """A date; `?date=` is not one."""
+
+
+class StrictIntegerField(EmptyIsGiven, serializers.IntegerField):
     """A JSON integer in a body; in a query string, ASCII digits. Not 1.0, "1.0", " 1" or "١",
     nor "3" in a body (docs/api.md: an id there is a JSON integer), nor `?limit=`."""
-
-    def get_value(self, dictionary: Any) -> Any:
-        # DRF reads a query parameter given empty as absent (its default: `?session_id=` of a
-        # search searched every session). Present and empty is a value, and not a number.
-        if isinstance(dictionary, QueryDict) and dictionary.get(self.field_name or "") == "":
-            return ""
-        return super().get_value(dictionary)
 
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, str) and not _in_query_string(self):

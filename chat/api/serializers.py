@@ -14,6 +14,7 @@ from chat.api.fields import (
     BodySerializer,
     LineField,
     StrictCharField,
+    StrictChoiceField,
     StrictIntegerField,
     id_field,
 )
@@ -144,7 +145,7 @@ class HistoryQuerySerializer(serializers.Serializer):
     after = StrictCharField(required=False, help_text="newer_cursor of a previous page")
     around = id_field(required=False, help_text="a message id: the window centred on it")
     cursor = StrictCharField(required=False, help_text="Deprecated alias of `before`.")
-    render = serializers.ChoiceField(
+    render = StrictChoiceField(
         choices=["html"],
         required=False,
         help_text="`html`: each message also carries `content_html` (sanitised Markdown).",
@@ -166,7 +167,7 @@ class SearchQuerySerializer(serializers.Serializer):
         allow_blank=True, trim_whitespace=False, max_length=1000, help_text="Text to find."
     )
     session_id = id_field(required=False, help_text="Only this session's messages.")
-    role = serializers.ChoiceField(choices=["user", "assistant", "tool"], required=False)
+    role = StrictChoiceField(choices=["user", "assistant", "tool"], required=False)
     before = StrictCharField(required=False, help_text="next_cursor of a previous page")
     limit = StrictIntegerField(min_value=1, max_value=50, default=20)
 

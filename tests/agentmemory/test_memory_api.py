@@ -258,3 +258,12 @@ def test_a_created_entry_with_the_most_tags_keeps_remembered(api, agent):
     created = api.post(f"{_base(agent)}/entries", {"content": "ok", "tags": tags}, format="json")
     assert created.status_code == 201, created.content
     assert created.json()["tags"] == [*tags, "remembered"]
+
+
+def test_an_empty_date_is_refused_not_read_as_today(api, owner):
+    from tests.factories import AgentFactory
+
+    agent = AgentFactory(owner=owner)
+    response = api.get(f"/api/v1/agents/{agent.pk}/memory/daily?date=")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "invalid"

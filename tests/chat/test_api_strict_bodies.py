@@ -145,3 +145,24 @@ def test_a_null_agent_config_is_refused_not_read_as_empty(api, owner):
     )
     # Not given at all: the defaults, as before.
     assert api.post("/api/v1/agents", {"name": "n"}, format="json").status_code == 201
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "/api/v1/chat/history?session_id={sid}&before=",
+        "/api/v1/chat/history?session_id={sid}&after=",
+        "/api/v1/chat/history?session_id={sid}&cursor=",
+        "/api/v1/chat/history?session_id={sid}&render=",
+        "/api/v1/chat/search?q=hello&role=",
+        "/api/v1/chat/search?q=hello&before=",
+        "/api/v1/chat/sessions?cursor=",
+    ],
+)
+def test_a_query_parameter_given_empty_is_refused_not_read_as_absent(api, owner, query):
+    """docs/api.md: a parameter given empty is not read as absent (a probe found `?before=`,
+    `?render=`, `?role=`... read as absent while `?limit=` was refused)."""
+    session = ChatSessionFactory(owner=owner)
+    response = api.get(query.format(sid=session.pk))
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["code"] == "invalid"
