@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from typing import Any
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -147,17 +148,25 @@ def frame_parse(text: str) -> tuple[dict[str, Any] | None, str]:
     return (None, problem) if problem else (frame, "")
 
 
-# C0 and C1 controls, DEL, and the Unicode line and paragraph separators.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, and the bidirectional
+# embeddings, overrides and isolates (a name holding U+202E reads backwards from there on, in
+# the list and in every name shown after it on the same line).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# What draws nothing: format characters (zero-width space, BOM...), marks with no base,
+# spaces.
+_INVISIBLE = {"Cf", "Mn", "Me", "Zs"}
 
 
 def line_problem(value: str) -> str | None:
     """Why `value` cannot be a one-line name (a session's title, an agent's), or None: a
-    newline, a tab or another control character. A title is shown on one line in the list,
-    the page's <title>, an export's heading and a daily note's: "a\r\nSet-Cookie: x=1"
-    has no place in any of them."""
+    newline, a tab, another control character or a bidirectional override; or, not empty,
+    nothing visible at all. A title is shown on one line in the list, the page's <title>, an
+    export's heading and a daily note's: "a\r\nSet-Cookie: x=1" has no place in any of them,
+    and a title of zero-width spaces was a blank row in the list (a probe)."""
     if _CONTROL.search(value):
         return "contains a line break or another control character"
+    if value and all(unicodedata.category(c) in _INVISIBLE for c in value):
+        return "has no visible character"
     return None
 
 

@@ -119,7 +119,20 @@ def test_digits_in_a_query_string_still_work(api, owner):
     assert api.get(f"/api/v1/chat/history?session_id={session.pk}&limit=5").status_code == 200
 
 
-@pytest.mark.parametrize("title", ["a\r\nSet-Cookie: x=1", "tab\there", "esc\x1b[31m", "a\u2028b"])
+@pytest.mark.parametrize(
+    "title",
+    [
+        "a\r\nSet-Cookie: x=1",
+        "tab\there",
+        "esc\x1b[31m",
+        "a\u2028b",
+        # A probe: a blank row in the list, and a name that reads backwards from U+202E on.
+        "\u200b\u200b",
+        "\ufeff\u180e",
+        "invoice\u202etxt.exe",
+        "a\u2066b",
+    ],
+)
 def test_a_title_or_an_agent_name_is_one_line(api, owner, title):
     session = ChatSessionFactory(owner=owner, title="kept")
     _refused(api.patch(f"/api/v1/chat/sessions/{session.pk}", {"title": title}, format="json"))
@@ -131,6 +144,12 @@ def test_a_title_or_an_agent_name_is_one_line(api, owner, title):
     agent.refresh_from_db()
     assert session.title == "kept" and agent.name == "kept"
     assert ChatSession.objects.count() == 1
+
+
+def test_names_in_any_script_and_with_inner_zero_width_joiners_are_kept(api, owner):
+    for title in ("日本語のチャット", "café", "👩\u200d💻 notes", "a\u200bb"):
+        response = api.post("/api/v1/chat/sessions", {"title": title}, format="json")
+        assert response.status_code == 201, (title, response.content)
 
 
 def test_a_null_agent_config_is_refused_not_read_as_empty(api, owner):
