@@ -75,8 +75,9 @@ class TailMessage:
     runes: int
     # When it was written, as the database gave it (text on SQLite, chat/queries.py), for
     # recall's dated pieces: a tail message the payload leaves out is recalled from here, not
-    # read again. None where it was not read.
-    stamp: Any = None
+    # read again. None where it was not read. Not compared: the same row read raw and through
+    # the ORM is the same message.
+    stamp: Any = field(default=None, compare=False)
 
     @classmethod
     def from_row(cls, row: ChatMessage) -> TailMessage:
