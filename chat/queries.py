@@ -178,3 +178,41 @@ def _session_owned_sql(db: str) -> tuple[str, list[_Part]]:
         f" AND u.{quote('is_active')}"
     )
     return sql, parts
+
+
+# --- a send's two rows ------------------------------------------------------------------------
+
+
+def message_insert(message: ChatMessage) -> ChatMessage:
+    """INSERT the unsaved `message` as `message.save()` would (each field's pre_save: defaults,
+    auto_now; its database value: JSON), in SQL written once per database, and mark it saved.
+    A send stores two rows before its first token, and the ORM compiled each INSERT anew
+    (~0.35 ms of Python apiece, bench ttft). No model signals: none are connected to
+    ChatMessage (tests/chat/test_queries.py checks both)."""
+    db = router.db_for_write(ChatMessage)
+    connection = connections[db]
+    if not connection.features.can_return_columns_from_insert:
+        message.save(force_insert=True, using=db)
+        return message
+    sql, fields = _message_insert_sql(db)
+    values = [f.get_db_prep_save(f.pre_save(message, True), connection=connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+        row = cursor.fetchone()
+    message.pk = row[0]
+    message._state.adding, message._state.db = False, db
+    return message
+
+
+@functools.cache
+def _message_insert_sql(db: str) -> tuple[str, list[Any]]:
+    quote = connections[db].ops.quote_name
+    fields = [f for f in ChatMessage._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(quote(f.column) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    # Only names from the model's meta are formatted in; the values are bound.
+    sql = (
+        f"INSERT INTO {quote(ChatMessage._meta.db_table)} ({columns}) "  # noqa: S608
+        f"VALUES ({marks}) RETURNING {_pk(ChatMessage, quote)}"
+    )
+    return sql, fields

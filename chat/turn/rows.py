@@ -18,7 +18,7 @@ from chat.context import ContextState, Payload, SendCompaction, SystemPrompt
 from chat.errors import NotFound
 from chat.events import ORIGIN, event_publish_on_commit
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
-from chat.queries import message_rows
+from chat.queries import message_insert, message_rows
 from chat.shapes import message_event, message_payload
 from chat.turn.checks import SendRequest, send_checked
 from chat.turn.replies import reply_busy_check
@@ -140,22 +140,27 @@ def turn_store(*, send: SendRequest, abandoned: Callable[[], bool] | None = None
             # before this trip, and a login that ended while the trip waited for a thread
             # (and the reply it queued behind ended) would otherwise still store the send.
             raise NotFound()
-        user_message = ChatMessage.objects.create(
-            session=locked,
-            role=MessageRole.USER,
-            content=content,
-            client_id=client_id,
-            created_at=now,
+        # message_insert: the ORM's INSERT without compiling it again (chat/queries.py).
+        user_message = message_insert(
+            ChatMessage(
+                session=locked,
+                role=MessageRole.USER,
+                content=content,
+                client_id=client_id,
+                created_at=now,
+            )
         )
-        reply = ChatMessage.objects.create(
-            session=locked,
-            role=MessageRole.ASSISTANT,
-            content="",
-            status=MessageStatus.STREAMING,
-            # Whose lease says whether it is still being generated (chat/turn/lease.py).
-            generator=ORIGIN,
-            metadata={"reply_to": user_message.pk},
-            created_at=now,
+        reply = message_insert(
+            ChatMessage(
+                session=locked,
+                role=MessageRole.ASSISTANT,
+                content="",
+                status=MessageStatus.STREAMING,
+                # Whose lease says whether it is still being generated (chat/turn/lease.py).
+                generator=ORIGIN,
+                metadata={"reply_to": user_message.pk},
+                created_at=now,
+            )
         )
         event_publish_on_commit(
             session_id=locked.pk,

@@ -125,3 +125,48 @@ def test_the_session_read_is_none_for_another_owner_an_inactive_one_or_no_sessio
     session.owner.is_active = False
     session.owner.save()
     assert session_owned_row(session_id=session.pk, owner_id=session.owner_id) is None
+
+
+def test_a_message_inserted_in_written_sql_is_the_orms(django_assert_num_queries):
+    """message_insert writes the INSERT once per database: every column must come back as
+    the ORM's create() stores it (defaults, auto_now, JSON, NULLs), on both databases."""
+    from django.db.models.signals import post_save, pre_save
+    from django.utils import timezone
+
+    from chat.queries import message_insert
+
+    # The written INSERT sends no model signals: there must be none to miss.
+    assert not pre_save.has_listeners(ChatMessage) and not post_save.has_listeners(ChatMessage)
+    session, other = ChatSessionFactory(), ChatSessionFactory()
+    now = timezone.now()
+    cases = [
+        {"role": MessageRole.USER, "content": "hello ü", "client_id": "c-1", "created_at": now},
+        {
+            "role": MessageRole.ASSISTANT,
+            "content": "",
+            "status": MessageStatus.STREAMING,
+            "generator": "proc-1",
+            "metadata": {"reply_to": 7, "nested": [1, "ü", None]},
+            "tool_calls": CALLS,
+            "created_at": now,
+        },
+        {"role": MessageRole.TOOL, "content": "result", "tool_call_id": "c1"},
+    ]
+    for fields in cases:
+        with django_assert_num_queries(1):
+            mine = message_insert(ChatMessage(session=session, **fields))
+        theirs = ChatMessage.objects.create(session=other, **fields)  # client_id is per session
+        assert mine.pk and mine._state.adding is False
+        read, expected = (ChatMessage.objects.get(pk=m.pk) for m in (mine, theirs))
+        differs = {
+            f.attname
+            for f in ChatMessage._meta.concrete_fields
+            if getattr(read, f.attname) != getattr(expected, f.attname)
+        }
+        # The ids and sessions differ, and the moments of the two inserts (auto_now, and
+        # created_at's default when not given).
+        moments = {"updated_at"} if "created_at" in fields else {"updated_at", "created_at"}
+        assert differs <= {"id", "session_id", *moments}, differs
+        assert abs((read.updated_at - expected.updated_at).total_seconds()) < 5
+        if "created_at" not in fields:
+            assert abs((read.created_at - timezone.now()).total_seconds()) < 5
