@@ -13,8 +13,15 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from cadau.contextconfig import config_path_find, load_chat_context
-from cadau.envparse import env_bool, env_float, env_int, env_strict
-from cadau.rates import RATE_DEFAULTS, rate_parse
+from cadau.envparse import (
+    env_bool,
+    env_float,
+    env_int,
+    env_rates,
+    env_strict,
+    settings_coherent,
+)
+from cadau.rates import RATE_DEFAULTS
 from cadau.zones import zone_known
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -39,22 +46,8 @@ if not SECRET_KEY:
         "SECRET_KEY is not set. `make run` writes one into .env.local; in production set it in "
         "the environment."
     )
-# It signs login sessions, history cursors and password resets: a short one can be guessed.
-# Django's own deployment check asks for 50 characters too, but only under `check --deploy`.
-SECRET_KEY_MIN_CHARS = 50
-if len(SECRET_KEY) < SECRET_KEY_MIN_CHARS:
-    raise ImproperlyConfigured(
-        f"SECRET_KEY: must be at least {SECRET_KEY_MIN_CHARS} characters, got {len(SECRET_KEY)}; "
-        "make one with: python -c 'import secrets; print(secrets.token_urlsafe(50))'"
-    )
 DEBUG: bool = _bool("DEBUG", default=False)
 ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
-if not ALLOWED_HOSTS and not DEBUG:
-    # Django would start, then answer every request 400 (DEBUG alone lets localhost in).
-    raise ImproperlyConfigured(
-        "ALLOWED_HOSTS: empty, so every request would be refused; name the host(s) the app is "
-        "reached by"
-    )
 CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 # --- HTTPS ------------------------------------------------------------------------------------
@@ -257,27 +250,13 @@ else:
 # --- Rate limits (cadau/limits.py) -------------------------------------------------------------
 
 
-def _rates(defaults: dict[str, str]) -> dict[str, str]:
-    out = {}
-    for scope, default in defaults.items():
-        name = f"THROTTLE_{scope.upper()}"
-        value = env.str(name, default=default).strip().lower()
-        try:
-            rate_parse(value)
-        except ValueError as exc:
-            raise ImproperlyConfigured(f"{name}: {exc}") from exc
-        out[scope] = value
-    return out
-
-
-RATE_LIMITS: dict[str, str] = _rates(RATE_DEFAULTS)  # each is THROTTLE_<SCOPE> in the environment
+RATE_LIMITS: dict[str, str] = env_rates(env, RATE_DEFAULTS)  # THROTTLE_<SCOPE> each
 # This many failed logins for one username from one address within LOGIN_LOCKOUT_SECONDS lock
 # that pair out for LOGIN_LOCKOUT_SECONDS (cadau/logins.py); 0 turns the lockout off.
 LOGIN_FAILURE_LIMIT: int = _int("LOGIN_FAILURE_LIMIT", default=5)
 LOGIN_LOCKOUT_SECONDS: int = _int("LOGIN_LOCKOUT_SECONDS", default=900, minimum=1)
-# How long an address a user logged in from stays known for that user: logins from it are not
-# counted against the per-username rate limit (cadau/logins.py), so a stranger guessing the
-# name elsewhere cannot lock them out there.
+# An address a user logged in from, for this long: its logins skip the per-username rate
+# (cadau/logins.py), so someone guessing the name elsewhere cannot lock them out there.
 LOGIN_KNOWN_SECONDS: int = _int("LOGIN_KNOWN_SECONDS", default=30 * 24 * 3600, minimum=1)
 
 # --- Auth ---------------------------------------------------------------------------------
@@ -331,14 +310,14 @@ STATIC_ROOT: str | None = env.str("STATIC_ROOT", default="") or None
 CHAT_MAX_MESSAGE_RUNES: int = _int("CHAT_MAX_MESSAGE_RUNES", default=200_000, minimum=1)
 HTTP_MAX_BODY_BYTES: int = _int("HTTP_MAX_BODY_BYTES", default=2_621_440, minimum=1024)
 WS_MAX_FRAME_BYTES: int = _int("WS_MAX_FRAME_BYTES", default=2_621_440, minimum=1024)
-if min(HTTP_MAX_BODY_BYTES, WS_MAX_FRAME_BYTES) < CHAT_MAX_MESSAGE_RUNES:
-    # Every character takes a byte at least: a longer limit could never be reached, and the
-    # operator who set it would see 413s and frame refusals, not the limit they asked for.
-    raise ImproperlyConfigured(
-        f"CHAT_MAX_MESSAGE_RUNES: {CHAT_MAX_MESSAGE_RUNES} is more than a request can carry "
-        f"(HTTP_MAX_BODY_BYTES {HTTP_MAX_BODY_BYTES}, WS_MAX_FRAME_BYTES {WS_MAX_FRAME_BYTES}); "
-        "raise those too"
-    )
+settings_coherent(
+    secret_key=SECRET_KEY,
+    allowed_hosts=ALLOWED_HOSTS,
+    debug=DEBUG,
+    max_message_runes=CHAT_MAX_MESSAGE_RUNES,
+    max_body_bytes=HTTP_MAX_BODY_BYTES,
+    max_frame_bytes=WS_MAX_FRAME_BYTES,
+)
 DATA_UPLOAD_MAX_MEMORY_SIZE = HTTP_MAX_BODY_BYTES
 
 # Threads serving sync views, middleware included, per process (cadau/asgihandler.py). Their
@@ -346,8 +325,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = HTTP_MAX_BODY_BYTES
 # reply needs. With PostgreSQL, a process may hold a connection per thread: these, the worker
 # pool (min(32, CPUs + 4): 6 on 2 CPUs), the background and model-wait pools (2 + 2) and
 # Channels' one thread. 8 + 6 + 5 = 19 fits DB_POOL_MAX_SIZE's 20 on 2 CPUs.
-# At most 256: each is a thread, and on PostgreSQL may hold a connection (a typo of 80000
-# started that many threads as requests came).
+# At most 256: each is a thread, and may hold a PostgreSQL connection.
 HTTP_THREADS: int = _int("HTTP_THREADS", default=8, minimum=1, maximum=256)
 
 # --- REST framework -------------------------------------------------------------------------
