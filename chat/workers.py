@@ -3,7 +3,8 @@
 - `in_worker(fn)`: async code (a reply, a socket) awaiting sync service work in the thread pool.
 - `background_submit(fn, **kwargs)`: work nobody awaits (compaction after a reply) in a small
   bounded pool, so a burst of replies cannot start a thread storm.
-- `model_wait_run(fn, **kwargs)`: a request awaiting a summarising model call ("compact now").
+- `model_wait_run(fn, owner=..., **kwargs)`: a request awaiting a summarising model call
+  ("compact now"), one per user at a time.
 - `embedding_submit(fn, **kwargs)`: the background embedder (semantic recall), on its own thread.
 - `warm_submit(key, fn, **kwargs)`: a read ahead of the send it is for (recall's window when a
   chat is opened), on its own thread, one per key, dropped when too many wait.
@@ -232,8 +233,16 @@ async def model_wait_run(fn: Callable[..., Any], *, owner: int, **kwargs: Any) -
         finally:
             connections.close_all()
 
-    try:
-        return await asyncio.wrap_future(_model_waits.submit(job))
-    finally:
+    def done(_: Future[Any]) -> None:
+        # When the job ends, not when its request does: a client that left while the job
+        # ran would free the user's place with the job still holding a thread.
         with _model_wait_lock:
             _model_wait_owners.discard(owner)
+
+    try:
+        future = _model_waits.submit(job)
+    except BaseException:
+        done(Future())
+        raise
+    future.add_done_callback(done)
+    return await asyncio.wrap_future(future)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -221,3 +222,32 @@ def test_warming_runs_one_job_per_key_and_drops_what_does_not_fit_its_queue(monk
     assert again is not None
     again.result(5)
     assert ran[-1] == "a later"
+
+
+async def test_a_users_model_wait_is_theirs_until_the_job_ends_not_until_the_request_does():
+    """A client that left while its compaction ran freed the user's place with the job still
+    holding one of the pool's two threads (a review)."""
+    import asyncio
+    import threading
+
+    from chat.errors import CompactionInProgress
+    from chat.workers import model_wait_run
+
+    release = threading.Event()
+    waiting = asyncio.ensure_future(model_wait_run(release.wait, owner=41, timeout=10))
+    await asyncio.sleep(0.05)
+    waiting.cancel()  # the client left
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    with pytest.raises(CompactionInProgress):
+        await model_wait_run(lambda: None, owner=41)
+    assert await model_wait_run(lambda: "theirs", owner=42) == "theirs"
+    release.set()
+    for _ in range(100):
+        try:
+            assert await model_wait_run(lambda: "again", owner=41) == "again"
+            break
+        except CompactionInProgress:
+            await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("the place was never given back")
