@@ -129,8 +129,10 @@ def login_attempt_wait(*, request: Any, username: object) -> tuple[int, str] | N
     key, pair = username_key(username), _pair(request, username)
     if key is None or pair is None:
         return None
+    # Known only while the pair's lockout bounds the guesses from there (LOGIN_FAILURE_LIMIT
+    # 0 turns it off).
     known_until = limits.cache_call("get", _known_key(pair))
-    if known_until is not None and float(known_until) > limits._now():
+    if settings.LOGIN_FAILURE_LIMIT > 0 and known_until and float(known_until) > limits._now():
         return None
     wait = limits.limit_hit(scope=SCOPE_USERNAME, ident=key)
     return None if wait is None else (wait, "throttled")

@@ -222,6 +222,15 @@ def test_the_username_limit_still_holds_for_addresses_never_seen_for_that_user(s
     _assert_429(_token_post("alice", PASSWORD, ip="10.0.0.1"))
 
 
+def test_without_a_lockout_no_address_is_exempt_from_the_username_limit(settings, clock):
+    settings.LOGIN_FAILURE_LIMIT = 0
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_username": "2/min", "login_ip": "off"}
+    UserFactory(username="alice")
+    assert _token_post("alice", PASSWORD, ip="10.0.0.1").status_code == 200
+    assert _token_post("alice", "wrong", ip="10.0.0.1").status_code == 400
+    _assert_429(_token_post("alice", PASSWORD, ip="10.0.0.1"))
+
+
 def test_an_address_over_its_limit_does_not_spend_the_usernames(settings, clock):
     settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_username": "3/min", "login_ip": "2/min"}
     UserFactory(username="alice")
