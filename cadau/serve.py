@@ -185,7 +185,9 @@ def startup_checks() -> list[str]:
     django.setup(set_prefix=False)
     from django.core import checks
 
-    return [str(m) for m in checks.run_checks() if m.level >= checks.ERROR]
+    # SILENCED_SYSTEM_CHECKS as Django's own commands honour it.
+    found = checks.run_checks()
+    return [str(m) for m in found if m.level >= checks.ERROR and not m.is_silenced()]
 
 
 def startup_sweep() -> int:

@@ -86,16 +86,24 @@ _settings_loaded: tuple[str, ...] = ()
 def tool_register(tool: Tool, *, replace: bool = False) -> Tool:
     """Add `tool`. Re-registering the very same object is a no-op (ready() may run twice);
     another tool under a taken name needs `replace=True`."""
-    if not TOOL_NAME_RE.fullmatch(tool.name):
-        raise ValueError(f"tool name {tool.name!r} must match {TOOL_NAME_RE.pattern}")
-    if not callable(tool.handler):
-        raise TypeError(f"tool {tool.name!r}: handler is not callable")
-    with _lock:
-        existing = _registry.get(tool.name)
-        if existing is not None and existing is not tool and not replace:
-            raise ValueError(f"a tool named {tool.name!r} is already registered")
-        _registry[tool.name] = tool
+    _tools_register([tool], replace=replace)
     return tool
+
+
+def _tools_register(tools: list[Tool], *, replace: bool = False) -> None:
+    """Add every one of `tools`, or (ValueError, TypeError) none of them."""
+    with _lock:
+        named: dict[str, Tool] = {}
+        for tool in tools:
+            if not TOOL_NAME_RE.fullmatch(tool.name):
+                raise ValueError(f"tool name {tool.name!r} must match {TOOL_NAME_RE.pattern}")
+            if not callable(tool.handler):
+                raise TypeError(f"tool {tool.name!r}: handler is not callable")
+            existing = named.get(tool.name) or _registry.get(tool.name)
+            if existing is not None and existing is not tool and not replace:
+                raise ValueError(f"a tool named {tool.name!r} is already registered")
+            named[tool.name] = tool
+        _registry.update(named)
 
 
 def _load_settings_tools() -> None:
@@ -105,11 +113,9 @@ def _load_settings_tools() -> None:
     paths = tuple(getattr(settings, "AGENT_TOOLS", ()) or ())
     if paths == _settings_loaded:
         return
-    # Each path resolved before any is registered: a bad one registers none, and the next call
-    # (the start-up check, then every send's) names it again.
-    tools = [_settings_tool(path) for path in paths]
-    for tool in tools:
-        tool_register(tool)
+    # Every path resolved and checked before any is registered: a bad one registers none, and
+    # the next call (the start-up check, then every send's) names it again.
+    _tools_register([_settings_tool(path) for path in paths])
     _settings_loaded = paths
 
 

@@ -92,3 +92,31 @@ def test_the_server_refuses_to_start_past_a_failed_check(tmp_path):
     )
     assert done.returncode == 1
     assert "system checks failed" in done.stderr and "cadau.E001" in done.stderr
+
+
+def test_a_silenced_check_does_not_stop_the_server(settings):
+    from cadau.serve import startup_checks
+
+    settings.AGENT_TOOLS = ["tests.chat.no_such_module.TOOL"]
+    assert any("cadau.E001" in line for line in startup_checks())
+    settings.SILENCED_SYSTEM_CHECKS = ["cadau.E001"]
+    assert startup_checks() == []
+
+
+def _first() -> Tool:
+    return Tool(name="checked_first", description="d", handler=lambda ctx, args: "ok")
+
+
+BAD_NAME = Tool(name="no spaces allowed", description="d", handler=lambda ctx, args: "ok")
+
+
+def test_a_bad_entry_after_good_ones_registers_none_of_them(settings):
+    """A review: the name and handler checks came after the first entries were registered, so
+    a factory's tool, registered again on the next try, was then 'already registered'."""
+    from chat.tools import tools_registered
+
+    settings.AGENT_TOOLS = ["tests.chat.test_checks._first", "tests.chat.test_checks.BAD_NAME"]
+    assert [e.id for e in _errors()] == ["cadau.E001"]
+    assert [e.id for e in _errors()] == ["cadau.E001"]  # the same error again, not another
+    settings.AGENT_TOOLS = []
+    assert "checked_first" not in tools_registered()
