@@ -16,7 +16,7 @@ line received"; a response desync behind such a proxy).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from django.http import HttpRequest
@@ -38,10 +38,16 @@ def bodiless_send(send: Send) -> Send:
     return sending
 
 
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator, of nothing
+
+
 def _bodiless(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
     if request.method == "HEAD" and isinstance(response, StreamingHttpResponse):
-        # Not started, so nothing of it ran: a generator's body runs at its first item.
-        response.streaming_content = ()
+        # Not started, so nothing of it ran: a generator's body runs at its first item. Async
+        # stays async: under ASGI Django warns when it must drain a sync iterator.
+        response.streaming_content = _nothing() if response.is_async else ()
     return response
 
 

@@ -32,6 +32,23 @@ def test_a_heads_streamed_body_is_never_started_a_gets_is():
     assert plain.content == b"x"  # not streamed: the edge below leaves its bytes out
 
 
+def test_an_async_streamed_body_stays_async_and_is_never_started():
+    started: list[str] = []
+
+    async def body():
+        started.append("yes")
+        yield b"a whole session"
+
+    middleware = HeadWithoutBodyMiddleware(lambda request: StreamingHttpResponse(body()))
+    head = middleware(RequestFactory().head("/x"))
+    assert head.is_async  # Django would warn, draining a sync iterator under ASGI
+
+    async def drained() -> bytes:
+        return b"".join([part async for part in head.streaming_content])
+
+    assert asyncio.run(drained()) == b"" and started == []
+
+
 def test_the_edge_sends_the_headers_and_one_empty_body():
     sent: list[dict] = []
 
