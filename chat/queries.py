@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -103,13 +104,14 @@ def session_owned_row(*, session_id: int, owner_id: int) -> ChatSession | None:
     every send (~0.5 ms of the ~0.8 the read took before the first token, bench ttft); the
     database answers in ~0.07. tests/chat/test_queries.py holds the result to the ORM's."""
     db = router.db_for_read(ChatSession)
+    connection = connections[db]
     sql, parts = _session_owned_sql(db)
-    with connections[db].cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(sql, [session_id, owner_id])
         row = cursor.fetchone()
     if row is None:
         return None
-    session, owner, agent = (_instance(db, row, part) for part in parts)
+    session, owner, agent = (_instance(connection, db, row, part) for part in parts)
     session.owner = owner
     # The LEFT JOIN gives an agent of NULLs where the session has none.
     session.agent = agent if session.agent_id is not None else None
@@ -124,60 +126,72 @@ def _pk(model: type[Model], quote: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Part:
-    """One model's columns in the row: where they lie, their attnames and each one's
-    converters (the database's, then the field's: what the ORM's compiler applies)."""
+    """One model's columns in the row: where they start, and their fields."""
 
     model: type[Model]
     start: int
-    attnames: list[str]
-    converters: list[tuple[Col, list[Any]]]
+    fields: tuple[Any, ...]
+    attnames: tuple[str, ...]
 
 
-def _instance(db: str, row: Sequence[Any], part: _Part) -> Any:
+def _instance(connection: Any, db: str, row: Sequence[Any], part: _Part) -> Any:
     """`part`'s model instance from the row as the database gave it (SQLite: text dates and
     integer booleans; JSON as text), converted as the ORM's compiler converts it."""
-    connection = connections[db]
-    values = row[part.start : part.start + len(part.attnames)]
-    converted = [
-        functools.reduce(lambda v, convert: convert(v, col, connection), found, value)
-        if found
-        else value
-        for value, (col, found) in zip(values, part.converters, strict=True)
-    ]
-    return part.model.from_db(db, part.attnames, converted)
+    values = []
+    converters = _converters(connection, part)
+    for value, (col, found) in zip(row[part.start :], converters, strict=False):
+        for convert in found:
+            value = convert(value, col, connection)
+        values.append(value)
+    return part.model.from_db(db, list(part.attnames), values)
+
+
+# Each connection's converters of each part: bound to that connection (a thread's own), and
+# asked of Django once per connection, not on every read (~0.2 ms a read).
+_converters_kept: weakref.WeakKeyDictionary[Any, dict[_Part, Any]] = weakref.WeakKeyDictionary()
+
+
+def _converters(connection: Any, part: _Part) -> list[tuple[Col, list[Any]]]:
+    """The database's converters, then the field's, for each of `part`'s columns: what the
+    ORM's compiler applies (Col and get_db_converters are Django internals, as in
+    cadau/tokens.py: tests/chat/test_queries.py catches a change)."""
+    kept = _converters_kept.setdefault(connection, {})
+    found = kept.get(part)
+    if found is None:
+        found = []
+        for field in part.fields:
+            col = Col(part.model._meta.db_table, field)
+            found.append(
+                (col, [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)])
+            )
+        kept[part] = found
+    return found
 
 
 @functools.cache
-def _session_owned_sql(db: str) -> tuple[str, list[_Part]]:
-    """The statement, and the session's, its owner's and its agent's columns in its row. Col
-    and get_db_converters are Django internals, as in cadau/tokens.py:
-    tests/chat/test_queries.py catches a change."""
-    connection = connections[db]
-    quote = connection.ops.quote_name
+def _session_owned_sql(db: str) -> tuple[str, tuple[_Part, ...]]:
+    """The statement, and where the session's, its owner's and its agent's columns lie in its
+    row."""
+    quote = connections[db].ops.quote_name
     user_model = get_user_model()
     parts: list[_Part] = []
     selected: list[str] = []
     for model, alias in ((ChatSession, "s"), (user_model, "u"), (Agent, "a")):
-        fields = model._meta.concrete_fields
-        converters = []
-        for f in fields:
-            col = Col(model._meta.db_table, f)
-            found = [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)]
-            converters.append((col, found))
-        parts.append(_Part(model, len(selected), [f.attname for f in fields], converters))
+        fields = tuple(model._meta.concrete_fields)
+        parts.append(_Part(model, len(selected), fields, tuple(f.attname for f in fields)))
         selected += [f"{alias}.{quote(f.column)}" for f in fields]
     sessions, users, agents = (quote(m._meta.db_table) for m in (ChatSession, user_model, Agent))
     owner_fk = quote(ChatSession.owner.field.column)
     agent_fk = quote(ChatSession.agent.field.column)
+    active = quote(user_model._meta.get_field("is_active").column)
     # Only names from the models' meta are formatted in; the ids are bound.
     sql = (
         f"SELECT {', '.join(selected)} FROM {sessions} s"  # noqa: S608
         f" INNER JOIN {users} u ON u.{_pk(user_model, quote)} = s.{owner_fk}"
         f" LEFT OUTER JOIN {agents} a ON a.{_pk(Agent, quote)} = s.{agent_fk}"
-        f" WHERE s.{_pk(ChatSession, quote)} = %s AND s.{owner_fk} = %s"
-        f" AND u.{quote('is_active')}"
+        f" WHERE s.{_pk(ChatSession, quote)} = %s AND s.{owner_fk} = %s AND u.{active}"
     )
-    return sql, parts
+    return sql, tuple(parts)
 
 
 # --- a send's two rows ------------------------------------------------------------------------
