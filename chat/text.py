@@ -153,8 +153,10 @@ def frame_parse(text: str) -> tuple[dict[str, Any] | None, str]:
 # the list and in every name shown after it on the same line).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 # What draws nothing: format characters (zero-width space, BOM...), marks with no base,
-# spaces.
+# spaces, and the letters and symbols that are blank by design (Hangul fillers, the empty
+# Braille pattern), the usual "blank name" tricks.
 _INVISIBLE = {"Cf", "Mn", "Me", "Zs"}
+_BLANK = {"\u115f", "\u1160", "\u3164", "\uffa0", "\u2800"}
 
 
 def line_problem(value: str) -> str | None:
@@ -165,12 +167,17 @@ def line_problem(value: str) -> str | None:
     and a title of zero-width spaces was a blank row in the list (a probe)."""
     if _CONTROL.search(value):
         return "contains a line break or another control character"
-    if value and all(unicodedata.category(c) in _INVISIBLE for c in value):
+    if value and not _visible(value):
         return "has no visible character"
     return None
 
 
+def _visible(value: str) -> bool:
+    return any(c not in _BLANK and unicodedata.category(c) not in _INVISIBLE for c in value)
+
+
 def line_plain(value: str) -> str:
     """`value` as one line, what line_problem would refuse turned to spaces, runs of
-    whitespace made one: for a name Cadau writes itself (an automatic title)."""
+    whitespace made one: for a name Cadau writes itself (an automatic title, which must not
+    come out empty: a session left untitled is titled again after every reply)."""
     return " ".join(_CONTROL.sub(" ", value).split())

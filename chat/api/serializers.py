@@ -148,7 +148,8 @@ class HistoryQuerySerializer(serializers.Serializer):
     render = StrictChoiceField(
         choices=["html"],
         required=False,
-        help_text="`html`: each message also carries `content_html` (sanitised Markdown).",
+        help_text="`html`: each reply (assistant message) also carries `content_html` "
+        "(sanitised Markdown).",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -130,6 +130,8 @@ def test_digits_in_a_query_string_still_work(api, owner):
         "\u200b\u200b",
         "\ufeff\u180e",
         "invoice\u202etxt.exe",
+        "\u3164\u3164",  # Hangul filler: the usual "blank name"
+        "\u2800",
         "a\u2066b",
     ],
 )
