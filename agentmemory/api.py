@@ -31,7 +31,7 @@ from chat.api.fields import (
     StrictIntegerField,
     id_field,
 )
-from chat.api.throttles import per_user
+from chat.api.throttles import API_THROTTLES, per_user
 from chat.rendering import render_markdown
 from chat.selectors import agent_for_user
 
@@ -163,7 +163,7 @@ class DailyNoteView(APIView):
 
 
 class EntryListCreateView(APIView):
-    throttle_classes = [per_user("memory_entry_create")]
+    throttle_classes = [*API_THROTTLES, per_user("memory_entry_create")]
 
     @extend_schema(
         operation_id="agent_memory_entries_list",

@@ -61,6 +61,8 @@ def worker_run(module: str, *args: str, env: dict[str, str], stdin: str | None =
 # A benchmark (or a browser test) is one user driving load on purpose: the per-user limits a
 # public instance sets would measure themselves (cadau/settings.py has their defaults).
 NO_LIMITS = {
+    "THROTTLE_API_READ": "off",
+    "THROTTLE_API_WRITE": "off",
     "THROTTLE_CHAT_SEND": "off",
     "THROTTLE_SESSION_CREATE": "off",
     "THROTTLE_SESSION_UPDATE": "off",

@@ -21,6 +21,9 @@ _PERIODS = {
 _RATE_RE = re.compile(r"([0-9]{1,9})/([a-z]+)")
 OFF = "off"
 
+# DRF's default throttles (settings.REST_FRAMEWORK), by dotted path: settings cannot import DRF.
+API_THROTTLE_CLASSES = ["chat.api.throttles.ApiReadThrottle", "chat.api.throttles.ApiWriteThrottle"]
+
 # The limits' defaults (cadau/settings.py RATE_LIMITS reads each from THROTTLE_<SCOPE> in the
 # environment): scope -> "N/period" (s, min, hour, day) or "off".
 RATE_DEFAULTS = {
@@ -28,7 +31,10 @@ RATE_DEFAULTS = {
     # per username across addresses: each guess costs ~0.3 s of password hashing.
     "login_ip": "20/min",
     "login_username": "10/min",
-    # Per user.
+    # Per user: every API read and every write, whatever the route (a route's own scope below
+    # counts as well). The page reads a history page per scroll step, debounced.
+    "api_read": "600/min",
+    "api_write": "120/min",
     "session_create": "30/min",
     # Reading a session's compaction history (the page's panel pages through it).
     "context_read": "120/min",

@@ -21,7 +21,7 @@ from cadau.envparse import (
     env_strict,
     settings_coherent,
 )
-from cadau.rates import RATE_DEFAULTS
+from cadau.rates import API_THROTTLE_CLASSES, RATE_DEFAULTS
 from cadau.zones import zone_known
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -324,8 +324,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = HTTP_MAX_BODY_BYTES
 # own pool: a slow view (a password check) holds one of these, never a thread a streaming
 # reply needs. With PostgreSQL, a process may hold a connection per thread: these, the worker
 # pool (min(32, CPUs + 4): 6 on 2 CPUs), the background and model-wait pools (2 + 2) and
-# Channels' one thread. 8 + 6 + 5 = 19 fits DB_POOL_MAX_SIZE's 20 on 2 CPUs.
-# At most 256: each is a thread, and may hold a PostgreSQL connection.
+# Channels' one thread. 8 + 6 + 5 = 19 fits DB_POOL_MAX_SIZE's 20 on 2 CPUs. At most 256.
 HTTP_THREADS: int = _int("HTTP_THREADS", default=8, minimum=1, maximum=256)
 
 # --- REST framework -------------------------------------------------------------------------
@@ -336,6 +335,7 @@ REST_FRAMEWORK = {
         "cadau.tokens.ExpiringTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": API_THROTTLE_CLASSES,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["chat.api.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "chat.api.errors.exception_handler",

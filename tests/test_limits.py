@@ -100,7 +100,8 @@ def test_defaults_and_overrides_from_the_environment():
     done = _child({}, code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == (
-        "[('agent_create', '10/min'), ('chat_send', '30/min'), ('context_read', '120/min'), "
+        "[('agent_create', '10/min'), ('api_read', '600/min'), ('api_write', '120/min'), "
+        "('chat_send', '30/min'), ('context_read', '120/min'), "
         "('login_ip', '20/min'), ('login_username', '10/min'), "
         "('memory_entry_create', '30/min'), ('message_search', '120/min'), "
         "('recall_warm', '30/min'), ('session_compact', '10/min'), ('session_create', '30/min'), "

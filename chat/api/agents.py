@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from chat.api.errors import ApiError
 from chat.api.serializers import ErrorSerializer
-from chat.api.throttles import per_user
+from chat.api.throttles import API_THROTTLES, per_user
 from chat.models import Agent
 from chat.selectors import agent_for_user, agent_list
 from chat.services.agents import agent_create, agent_delete, agent_update
@@ -59,7 +59,7 @@ def _body(request: Request) -> dict[str, Any]:
 
 
 class AgentListCreateView(APIView):
-    throttle_classes = [per_user("agent_create")]
+    throttle_classes = [*API_THROTTLES, per_user("agent_create")]
 
     @extend_schema(
         operation_id="agents_list",

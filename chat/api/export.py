@@ -23,7 +23,7 @@ from rest_framework.views import APIView
 
 from chat.api import serializers as s
 from chat.api.errors import ApiError
-from chat.api.throttles import per_user
+from chat.api.throttles import API_THROTTLES, per_user
 from chat.markdown_text import markdown_code_span, markdown_fenced, markdown_plain
 from chat.models import ChatMessage, ChatSession, MessageStatus
 from chat.selectors import session_for_user, session_last_message_id, session_message_batch
@@ -143,7 +143,7 @@ class _FormatIsTheFiles(DefaultContentNegotiation):
 
 class SessionExportView(APIView):
     content_negotiation_class = _FormatIsTheFiles
-    throttle_classes = [per_user("session_export", methods=("GET",))]
+    throttle_classes = [*API_THROTTLES, per_user("session_export", methods=("GET",))]
 
     @extend_schema(
         operation_id="chat_session_export",

@@ -9,13 +9,13 @@ from rest_framework.views import APIView
 
 from chat.api import serializers as s
 from chat.api.common import cursor_errors, error_responses, valid
-from chat.api.throttles import per_user
+from chat.api.throttles import API_THROTTLES, per_user
 from chat.search.selectors import message_search
 from chat.selectors import session_for_user
 
 
 class SearchView(APIView):
-    throttle_classes = [per_user("message_search", methods=("GET",))]
+    throttle_classes = [*API_THROTTLES, per_user("message_search", methods=("GET",))]
 
     @extend_schema(
         operation_id="chat_search",

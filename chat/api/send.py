@@ -21,12 +21,13 @@ from rest_framework.exceptions import APIException
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from cadau.deferred import DeferredResponse, serving_loop
 from chat.api.errors import UNAVAILABLE_ERRORS, exception_handler
 from chat.api.fields import BodySerializer, StrictCharField, id_field
-from chat.api.throttles import per_user
+from chat.api.throttles import API_THROTTLES, per_user
 from chat.errors import ChatError
 from chat.selectors import session_for_user
 from chat.services.compaction import compaction_report, session_compact_now
@@ -59,6 +60,9 @@ class JsonErrorsView(APIView):
     `text/event-stream`, which a client reading the type would parse as events."""
 
     renderer_classes = STREAMING_RENDERERS
+    # Sends and regenerations are counted by the turn service (`chat_send`, chat/turn/checks.py),
+    # REST and WebSocket together; a second counter here would only delay the first token.
+    throttle_classes: list[type[BaseThrottle]] = []
 
     def finalize_response(
         self, request: Request, response: Any, *args: Any, **kwargs: Any
@@ -271,7 +275,7 @@ class RegenerateView(JsonErrorsView):
 class CompactView(APIView):
     """Compact now, optionally with instructions for the summariser ("keep the numbers")."""
 
-    throttle_classes = [per_user("session_compact")]
+    throttle_classes = [*API_THROTTLES, per_user("session_compact")]
 
     @extend_schema(request=CompactBody, responses={200: dict})
     def post(self, request: Request, session_id: str) -> HttpResponseBase:

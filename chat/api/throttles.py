@@ -1,7 +1,9 @@
 """DRF throttles over cadau.limits: a scope per route, its rate in settings.RATE_LIMITS.
 
-A view lists what it needs, e.g. `throttle_classes = [per_user("session_create")]`; only the
-named methods count (POST by default), so reading a list never spends a creation allowance.
+Every API route counts against its user's `api_read` (GET) or `api_write` allowance (DRF's
+default throttles, below). A route with a scope of its own lists both, e.g. `throttle_classes =
+[*API_THROTTLES, per_user("session_create")]`; only the named methods count (POST by default),
+so reading a list never spends a creation allowance.
 Over the limit DRF raises Throttled, which our exception handler answers with 429, the JSON
 error shape (`throttled`) and Retry-After.
 
@@ -12,11 +14,15 @@ frame) call cadau.limits.limit_hit(_async) with the same scope and `user_ident(u
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
-from rest_framework.views import APIView
+
+if TYPE_CHECKING:
+    # Only for the types: rest_framework.views reads the default throttles (these classes) as
+    # it defines APIView, so importing it here is a circle.
+    from rest_framework.views import APIView
 
 from cadau import limits, logins
 
@@ -71,3 +77,24 @@ def _scoped(
 
 def per_user(scope: str, *, methods: tuple[str, ...] = ("POST",)) -> type[ScopedThrottle]:
     return _scoped(UserThrottle, scope, methods)
+
+
+class ApiReadThrottle(UserThrottle):
+    """Every API read of a user (settings.REST_FRAMEWORK's default): a route without a scope of
+    its own (history pages, rendered replies, a session's context) is still bounded, so one
+    account cannot keep the HTTP threads busy for everyone."""
+
+    scope = "api_read"
+    methods = frozenset({"GET"})
+
+
+class ApiWriteThrottle(UserThrottle):
+    """Every API write of a user, as ApiReadThrottle: deletions, truncations, agent and memory
+    edits."""
+
+    scope = "api_write"
+    methods = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+# A view that lists throttles of its own replaces DRF's default list: it starts with these.
+API_THROTTLES: list[type[ScopedThrottle]] = [ApiReadThrottle, ApiWriteThrottle]

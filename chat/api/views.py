@@ -24,7 +24,7 @@ from cadau.tokens import token_issue, token_revoke
 from chat.api import serializers as s
 from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
-from chat.api.throttles import per_user
+from chat.api.throttles import API_THROTTLES, per_user
 from chat.models import MessageRole
 from chat.rendering import render_markdown
 from chat.selectors import (
@@ -51,7 +51,7 @@ _SESSION_ID_PATH = OpenApiParameter(
 
 
 class SessionListCreateView(APIView):
-    throttle_classes = [per_user("session_create")]
+    throttle_classes = [*API_THROTTLES, per_user("session_create")]
 
     @extend_schema(
         operation_id="chat_sessions_list",
@@ -84,7 +84,7 @@ class SessionListCreateView(APIView):
 
 
 class SessionDetailView(APIView):
-    throttle_classes = [per_user("session_update", methods=("PATCH",))]
+    throttle_classes = [*API_THROTTLES, per_user("session_update", methods=("PATCH",))]
 
     @extend_schema(
         operation_id="chat_sessions_retrieve",
@@ -241,7 +241,7 @@ class SessionContextView(APIView):
 
 
 class SessionSnapshotsView(APIView):
-    throttle_classes = [per_user("context_read", methods=("GET",))]
+    throttle_classes = [*API_THROTTLES, per_user("context_read", methods=("GET",))]
 
     @extend_schema(
         operation_id="chat_session_snapshots",
