@@ -32,6 +32,8 @@ they can answer 429 with Retry-After.
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import math
 from collections.abc import Callable
 from typing import Any
@@ -54,11 +56,28 @@ USERNAME_MAX = 150  # Django's default username length; longer is hashed as is
 
 
 def client_ip(request: Any) -> str:
-    """REMOTE_ADDR, nothing else. Behind a proxy the server sets it from the proxy's
-    X-Forwarded-For (`daphne --proxy-headers`, `uvicorn --proxy-headers`), and the proxy must
-    overwrite that header (nginx: `proxy_set_header X-Forwarded-For $remote_addr;`): a header a
-    client can write is no basis for a limit."""
-    return str(request.META.get("REMOTE_ADDR") or "unknown")
+    """The client's address as the limits count it: REMOTE_ADDR, nothing else, an IPv6 one by
+    its /64 network. Behind a proxy the server sets it from the proxy's X-Forwarded-For
+    (`daphne --proxy-headers`, `uvicorn --proxy-headers`), and the proxy must overwrite that
+    header (nginx: `proxy_set_header X-Forwarded-For $remote_addr;`): a header a client can
+    write is no basis for a limit."""
+    return address_key(str(request.META.get("REMOTE_ADDR") or "unknown"))
+
+
+@functools.lru_cache(maxsize=4096)
+def address_key(address: str) -> str:
+    """`address` as one client: an IPv6 address by its /64, the network one subscriber is
+    given (each of its 2^64 addresses counted apart, anyone holding one would have no limit),
+    an IPv4-mapped one as its IPv4 address; anything else (IPv4, "unknown") as it is."""
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv6Address):
+        if parsed.ipv4_mapped is not None:
+            return str(parsed.ipv4_mapped)
+        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
+    return address
 
 
 def username_key(username: object) -> str | None:

@@ -183,6 +183,24 @@ def test_token_endpoint_is_throttled_per_ip(settings, clock):
     assert _token_post("alice", PASSWORD, ip="10.0.0.2").status_code == 200
 
 
+def test_an_ipv6_client_is_counted_by_its_64_network(settings, clock):
+    settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_ip": "3/min"}
+    settings.LOGIN_FAILURE_LIMIT = 2
+    UserFactory(username="alice")
+    # Whoever holds a /64 holds 2^64 addresses: a new one per guess dodges nothing.
+    for n in range(3):
+        assert _token_post(f"nobody{n}", "wrong", ip=f"2001:db8:1:2::{n + 1}").status_code == 400
+    _assert_429(_token_post("alice", PASSWORD, ip="2001:db8:1:2:ffff::9"))
+    assert _token_post("alice", PASSWORD, ip="2001:db8:1:3::1").status_code == 200
+    # The lockout of a (username, address) pair too; an IPv4-mapped address is its IPv4 one.
+    for ip in ("2001:db8:5:6::1", "2001:db8:5:6::2"):
+        assert _token_post("alice", "wrong", ip=ip).status_code == 400
+    _assert_429(_token_post("alice", PASSWORD, ip="2001:db8:5:6:a::b"), "login_locked")
+    for ip in ("10.4.0.1", "::ffff:10.4.0.1"):
+        assert _token_post("alice", "wrong", ip=ip).status_code == 400
+    _assert_429(_token_post("alice", PASSWORD, ip="10.4.0.1"), "login_locked")
+
+
 def test_token_endpoint_is_throttled_per_username_across_addresses(settings, clock):
     settings.RATE_LIMITS = {**settings.RATE_LIMITS, "login_username": "4/min"}
     UserFactory(username="alice")
