@@ -151,43 +151,60 @@ def background_submit(fn: Callable[..., Any], **kwargs: Any) -> Future[Any]:
     return future
 
 
+class _Claims:
+    """The keys whose job waits or runs in a pool: one job per key at a time. A key is
+    released when its job ends (a done callback), not when the request that submitted it
+    does: a client that left would otherwise free the place of a job still holding a thread."""
+
+    def __init__(self) -> None:
+        self._keys: set[object] = set()
+        self._lock = threading.Lock()
+
+    def claim(self, key: object, *, most: int | None = None) -> bool:
+        """Whether `key` was free (and is now taken); not while `most` keys are taken."""
+        with self._lock:
+            if key in self._keys or (most is not None and len(self._keys) >= most):
+                return False
+            self._keys.add(key)
+            return True
+
+    def release(self, key: object) -> None:
+        with self._lock:
+            self._keys.discard(key)
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            return key in self._keys
+
+
 # Reads that make a coming send cheaper (chat/search/recall_warm.py), on a thread of their own:
 # behind a summary in the background pool they would come after the send they are for. One
 # job per key at a time, WARM_QUEUE_MAX at most: a burst of page loads drops the rest (each
 # send then does its own read, as it would have anyway).
 _warmer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cadau-warm")
-_warming: set[object] = set()
-_warming_lock = threading.Lock()
 WARM_QUEUE_MAX = 8
+_warming = _Claims()
 
 
 def warm_submit(key: object, fn: Callable[..., Any], **kwargs: Any) -> Future[Any] | None:
     """`fn(**kwargs)` on the warming thread, unless a job of `key` is already waiting or
     running, or WARM_QUEUE_MAX are (None then)."""
-    with _warming_lock:
-        if key in _warming or len(_warming) >= WARM_QUEUE_MAX:
-            return None
-        _warming.add(key)
+    if not _warming.claim(key, most=WARM_QUEUE_MAX):
+        return None
     try:
         future = _warmer.submit(_run, fn, kwargs)
     except RuntimeError:  # the pool shut down (the process is stopping)
-        _warming_done(key)
+        _warming.release(key)
         return None
     _pending.add(future)
     future.add_done_callback(_pending.discard)
-    future.add_done_callback(lambda _: _warming_done(key))
+    future.add_done_callback(lambda _: _warming.release(key))
     return future
 
 
 def warm_waiting(key: object) -> bool:
     """Whether a job of `key` is waiting or running on the warming thread."""
-    with _warming_lock:
-        return key in _warming
-
-
-def _warming_done(key: object) -> None:
-    with _warming_lock:
-        _warming.discard(key)
+    return key in _warming
 
 
 # One thread of its own: embedding batches must not queue behind summaries (a new message would
@@ -211,20 +228,17 @@ _model_waits = ThreadPoolExecutor(max_workers=2, thread_name_prefix="cadau-model
 # over everyone, it let one user's parallel compactions of slow summaries hold both threads
 # while another user's waited behind them (a probe: an instant compaction answered after 39 s
 # behind four of someone else's).
-_model_wait_owners: set[int] = set()
-_model_wait_lock = threading.Lock()
+_model_wait_owners = _Claims()
 
 
 async def model_wait_run(fn: Callable[..., Any], *, owner: int, **kwargs: Any) -> Any:
     """`fn(**kwargs)` in the model-wait pool; its result, or its exception, to the caller.
     CompactionInProgress while a job of the same `owner` (a user id) waits or runs in this
     process."""
-    with _model_wait_lock:
-        if owner in _model_wait_owners:
-            raise CompactionInProgress(
-                "Another compaction of yours is still running: try again once it has ended."
-            )
-        _model_wait_owners.add(owner)
+    if not _model_wait_owners.claim(owner):
+        raise CompactionInProgress(
+            "Another compaction of yours is still running: try again once it has ended."
+        )
 
     def job() -> Any:
         close_old_connections()
@@ -233,16 +247,10 @@ async def model_wait_run(fn: Callable[..., Any], *, owner: int, **kwargs: Any) -
         finally:
             connections.close_all()
 
-    def done(_: Future[Any]) -> None:
-        # When the job ends, not when its request does: a client that left while the job
-        # ran would free the user's place with the job still holding a thread.
-        with _model_wait_lock:
-            _model_wait_owners.discard(owner)
-
     try:
         future = _model_waits.submit(job)
     except BaseException:
-        done(Future())
+        _model_wait_owners.release(owner)
         raise
-    future.add_done_callback(done)
+    future.add_done_callback(lambda _: _model_wait_owners.release(owner))
     return await asyncio.wrap_future(future)
