@@ -24,7 +24,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import connections, router
-from django.db.models.expressions import Col
 from django.utils import timezone
 from rest_framework import exceptions, status
 from rest_framework.authentication import TokenAuthentication
@@ -32,6 +31,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.request import Request
 
 from cadau.accounts import credentials_revoked
+from cadau.dbconvert import field_converters, value_converted
 
 # DRF's keys are 40 lower-case hex characters (Token.generate_key). Anything else is refused
 # before it reaches the database (PostgreSQL rejects a NUL in a query parameter outright).
@@ -111,12 +111,9 @@ def _token_with_user(*, key: str) -> Token | None:
     if user is None:
         return None
     # A column beside the model's comes back as the database gave it (SQLite: text): the
-    # field's own converters, as the ORM's compiler applies them (Col and get_db_converters
-    # are Django internals: tests/test_tokens.py holds the result to the ORM's read).
-    value = getattr(user, _CREATED_AS)
-    col = Col(Token._meta.db_table, Token._meta.get_field("created"))
-    for convert in [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)]:
-        value = convert(value, col, connection)
+    # field's own converters, as the ORM's compiler applies them.
+    col, converters = field_converters(connection, Token, Token._meta.get_field("created"))
+    value = value_converted(getattr(user, _CREATED_AS), col, converters, connection)
     delattr(user, _CREATED_AS)
     token = Token(key=key, user=user, created=value)
     token._state.adding, token._state.db = False, db

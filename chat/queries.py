@@ -17,6 +17,7 @@ from django.db import connection, connections, router
 from django.db.models import Model, QuerySet
 from django.db.models.expressions import Col
 
+from cadau.dbconvert import field_converters, value_converted
 from chat.models import Agent, ChatMessage, ChatSession
 
 
@@ -137,12 +138,12 @@ class _Part:
 def _instance(connection: Any, db: str, row: Sequence[Any], part: _Part) -> Any:
     """`part`'s model instance from the row as the database gave it (SQLite: text dates and
     integer booleans; JSON as text), converted as the ORM's compiler converts it."""
-    values = []
-    converters = _converters(connection, part)
-    for value, (col, found) in zip(row[part.start :], converters, strict=False):
-        for convert in found:
-            value = convert(value, col, connection)
-        values.append(value)
+    values = [
+        value_converted(value, col, found, connection)
+        for value, (col, found) in zip(
+            row[part.start :], _converters(connection, part), strict=False
+        )
+    ]
     return part.model.from_db(db, list(part.attnames), values)
 
 
@@ -152,18 +153,11 @@ _converters_kept: weakref.WeakKeyDictionary[Any, dict[_Part, Any]] = weakref.Wea
 
 
 def _converters(connection: Any, part: _Part) -> list[tuple[Col, list[Any]]]:
-    """The database's converters, then the field's, for each of `part`'s columns: what the
-    ORM's compiler applies (Col and get_db_converters are Django internals, as in
-    cadau/tokens.py: tests/chat/test_queries.py catches a change)."""
+    """Each of `part`'s columns with its converters (cadau/dbconvert.py)."""
     kept = _converters_kept.setdefault(connection, {})
     found = kept.get(part)
     if found is None:
-        found = []
-        for field in part.fields:
-            col = Col(part.model._meta.db_table, field)
-            found.append(
-                (col, [*connection.ops.get_db_converters(col), *col.get_db_converters(connection)])
-            )
+        found = [field_converters(connection, part.model, field) for field in part.fields]
         kept[part] = found
     return found
 
