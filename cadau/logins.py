@@ -64,15 +64,37 @@ def client_ip(request: Any) -> str:
     return address_key(str(request.META.get("REMOTE_ADDR") or "unknown"))
 
 
-@functools.lru_cache(maxsize=4096)
 def address_key(address: str) -> str:
     """`address` as one client: an IPv6 address by its /64, the network one subscriber is
-    given (each of its 2^64 addresses counted apart, anyone holding one would have no limit),
-    an IPv4-mapped one as its IPv4 address; anything else (IPv4, "unknown") as it is."""
+    given (each of its 2^64 addresses counted apart, anyone holding one would have no limit);
+    one that carries an IPv4 address by that address (IPv4-mapped, 6to4: an IPv4 address
+    holds 65,536 /64s there; Teredo: the client's, not its relay's; NAT64's well-known prefix:
+    every IPv4 client behind the translator would be one /64); anything else (IPv4,
+    "unknown") as it is."""
+    if len(address) > _ADDRESS_RUNES_MAX:
+        return address  # no address: not parsed, not kept in the cache below
+    return _address_key(address)
+
+
+# An IPv6 address with a zone (fe80::1%eth0) is at most ~60 characters.
+_ADDRESS_RUNES_MAX = 64
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+@functools.lru_cache(maxsize=4096)
+def _address_key(address: str) -> str:
     try:
         parsed = ipaddress.ip_address(address)
     except ValueError:
         return address
+    if not isinstance(parsed, ipaddress.IPv6Address):
+        return address
+    carried = parsed.ipv4_mapped or parsed.sixtofour or (parsed.teredo or (None, None))[1]
+    if carried is None and parsed in _NAT64:
+        carried = ipaddress.IPv4Address(int(parsed) & 0xFFFFFFFF)
+    if carried is not None:
+        return str(carried)
+    return str(ipaddress.IPv6Network((parsed, 64), strict=False))
     if isinstance(parsed, ipaddress.IPv6Address):
         if parsed.ipv4_mapped is not None:
             return str(parsed.ipv4_mapped)
