@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import close_old_connections
 from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework.authtoken.models import Token
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, ParseError, ValidationError
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,7 +27,7 @@ from rest_framework.views import APIView
 from cadau.deferred import DeferredResponse, serving_loop
 from chat.api.errors import UNAVAILABLE_ERRORS, exception_handler
 from chat.api.fields import BodySerializer, StrictCharField, id_field
-from chat.api.throttles import API_THROTTLES, per_user
+from chat.api.throttles import API_THROTTLES, per_user, write_refused_count
 from chat.errors import ChatError
 from chat.selectors import session_for_user
 from chat.services.compaction import compaction_report, session_compact_now
@@ -232,11 +232,28 @@ def _render(request: HttpRequest, run: TurnRun, *, stream: bool) -> HttpResponse
     return _defer(request, lambda: _json_result(run))
 
 
+_Body = TypeVar("_Body", bound=BodySerializer)
+
+
+def _body(request: Request, body: type[_Body]) -> _Body:
+    """The request's body, validated by `body`. One refused (not JSON, or not valid) spends
+    the user's write allowance: a valid one is counted by the turn service, as `chat_send`."""
+    refused: APIException
+    try:
+        data = body(data=request.data)
+        if data.is_valid():
+            return data
+        refused = ValidationError(data.errors)
+    except ParseError as exc:
+        refused = exc
+    write_refused_count(request)
+    raise refused
+
+
 class SendView(JsonErrorsView):
     @extend_schema(request=SendBody, responses={200: dict})
     def post(self, request: Request) -> HttpResponseBase:
-        data = SendBody(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = _body(request, SendBody)
         run = turn_send(
             user=request.user,
             session_id=data.validated_data["session_id"],
@@ -262,8 +279,7 @@ class RegenerateView(JsonErrorsView):
 
     @extend_schema(request=RegenerateBody, responses={200: dict})
     def post(self, request: Request) -> HttpResponseBase:
-        data = RegenerateBody(data=request.data)
-        data.is_valid(raise_exception=True)
+        data = _body(request, RegenerateBody)
         run = turn_regenerate(
             user=request.user,
             session_id=data.validated_data["session_id"],

@@ -16,15 +16,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
+
+from cadau import limits, logins
 
 if TYPE_CHECKING:
     # Only for the types: rest_framework.views reads the default throttles (these classes) as
     # it defines APIView, so importing it here is a circle.
     from rest_framework.views import APIView
 
-from cadau import limits, logins
+# Set on a request a throttle refused (a Request takes attributes of its own).
+_REFUSED = "_cadau_throttle_refused"
 
 
 def user_ident(user: Any) -> str:
@@ -48,10 +52,17 @@ class ScopedThrottle(BaseThrottle):
         method = "GET" if request.method == "HEAD" else request.method
         if method not in self.methods:
             return True
+        # DRF asks every throttle of the view, even after one refused: a request refused by
+        # the general allowance must not spend the route's own as well (a "20/day" scope
+        # would be gone after a burst the general one refused).
+        if getattr(request, _REFUSED, False):
+            return True
         ident = self.ident(request)
         if ident is None:
             return True
         self._wait = limits.limit_hit(scope=self.scope, ident=ident)
+        if self._wait is not None:
+            setattr(request, _REFUSED, True)
         return self._wait is None
 
     def wait(self) -> float | None:
@@ -62,10 +73,14 @@ class UserThrottle(ScopedThrottle):
     """Per logged-in user (by address for anonymous callers, who are refused anyway)."""
 
     def ident(self, request: Request) -> str | None:
-        user = request.user
-        if user is not None and user.is_authenticated:
-            return user_ident(user)
-        return f"ip:{logins.client_ip(request)}"
+        return _user_or_address(request)
+
+
+def _user_or_address(request: Request) -> str:
+    user = request.user
+    if user is not None and user.is_authenticated:
+        return user_ident(user)
+    return f"ip:{logins.client_ip(request)}"
 
 
 def _scoped(
@@ -94,6 +109,16 @@ class ApiWriteThrottle(UserThrottle):
 
     scope = "api_write"
     methods = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+def write_refused_count(request: Request) -> None:
+    """A write its view refused before any throttle counted it (a send's body that does not
+    validate: sends count `chat_send` in the turn service, after validation) spends the
+    user's `api_write` allowance; Throttled (429) once that is spent. Else a client could post
+    2.5 MB bodies that never validate, without any limit."""
+    wait = limits.limit_hit(scope=ApiWriteThrottle.scope, ident=_user_or_address(request))
+    if wait is not None:
+        raise Throttled(wait=wait)
 
 
 # A view that lists throttles of its own replaces DRF's default list: it starts with these.

@@ -80,6 +80,33 @@ def test_a_route_with_its_own_scope_counts_both(rates, api, owner):
     _refused(api.get(url))
 
 
+def test_a_request_the_general_allowance_refused_leaves_the_routes_own_alone(rates, api):
+    # DRF asks every throttle even after one refused: "agent_create" was spent by creates
+    # that "api_write" had refused (a day's allowance gone in a refused burst).
+    rates(api_write="1/min", agent_create="2/min")
+    assert api.post("/api/v1/agents", {"name": "one"}, format="json").status_code == 201
+    for n in range(3):
+        _refused(api.post("/api/v1/agents", {"name": f"refused {n}"}, format="json"))
+    rates(api_write="100/min", agent_create="2/min")
+    assert api.post("/api/v1/agents", {"name": "two"}, format="json").status_code == 201
+    _refused(api.post("/api/v1/agents", {"name": "three"}, format="json"))
+
+
+@pytest.mark.parametrize("path", ["/api/v1/chat/send", "/api/v1/chat/regenerate"])
+def test_a_send_whose_body_is_refused_spends_the_write_allowance(rates, api, owner, path):
+    # A valid send counts chat_send in the turn service; one that never validates counted
+    # nothing, however large its body.
+    rates(api_write="2/min", chat_send="100/min")
+    session = ChatSessionFactory.create(owner=owner)
+    bad = {"session_id": "abc", "content": "x" * 100_000}
+    assert api.post(path, bad, format="json").status_code == 400
+    not_json = api.post(path, b"{not json", content_type="application/json")
+    assert not_json.status_code == 400
+    _refused(api.post(path, bad, format="json"))
+    _refused(api.post(path, bad, format="json", HTTP_ACCEPT="text/event-stream"))
+    assert ChatMessage.objects.filter(session=session).count() == 0
+
+
 def test_sends_do_not_spend_the_write_allowance(rates, api, owner, fake_llm):
     rates(api_write="1/min", chat_send="100/min")
     session = ChatSessionFactory.create(owner=owner)
