@@ -8,6 +8,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 from rest_framework.test import APIClient
 
+from chat.rendered import rendered_forget
 from chat.search.archive_window import archive_windows_forget
 from chat.search.recall_warm import recall_warm_forget
 from tests.factories import UserFactory
@@ -135,9 +136,12 @@ def _no_learned_windows():
 def _no_kept_archive_windows():
     """Recall's archive rows kept in this process (chat/search/archive_window.py), and the
     sessions found with none to read ahead (chat/search/recall_warm.py), are keyed by session
-    id, and SQLite gives a rolled-back test's ids to the next test again."""
+    id, and SQLite gives a rolled-back test's ids to the next test again; rendered replies
+    (chat/rendered.py) likewise."""
     archive_windows_forget()
     recall_warm_forget()
+    rendered_forget()
     yield
     archive_windows_forget()
     recall_warm_forget()
+    rendered_forget()

@@ -25,8 +25,8 @@ from chat.api import serializers as s
 from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
 from chat.api.throttles import API_THROTTLES, per_user
-from chat.models import MessageRole
-from chat.rendering import render_markdown
+from chat.models import MessageRole, MessageStatus
+from chat.rendered import reply_html
 from chat.selectors import (
     history_page,
     session_budget,
@@ -154,7 +154,11 @@ class HistoryView(APIView):
             # (rendering costs with the text, and a user's own message can be 200,000 runes).
             for item, message in zip(messages, page.messages, strict=True):
                 if message.role == MessageRole.ASSISTANT:
-                    item["content_html"] = render_markdown(message.content)
+                    item["content_html"] = reply_html(
+                        message_id=message.pk,
+                        content=message.content,
+                        final=message.status != MessageStatus.STREAMING,
+                    )
         return Response(
             {
                 "messages": messages,
