@@ -174,6 +174,16 @@ def test_agents_are_isolated(runtime: Path):
 # --- dedup ---------------------------------------------------------------------------------
 
 
+def test_an_entry_of_emoji_is_kept_and_told_apart_from_others(runtime: Path):
+    # Refused as "empty" before: its words were none.
+    nuts = store.entry_write(agent_id=A, name=None, content="🥜🚫")
+    cake = store.entry_write(agent_id=A, name=None, content="🎂 = 🍫")
+    assert nuts.created and cake.created and nuts.entry.name != cake.entry.name
+    again = store.entry_write(agent_id=A, name=None, content=" 🥜 🚫\ufe0f ")
+    assert not again.created and again.entry.name == nuts.entry.name
+    assert len(store.entry_list(agent_id=A)) == 2
+
+
 def test_exact_duplicate_after_normalisation_updates(runtime: Path):
     first = store.entry_write(
         agent_id=A, name=None, content="User likes green tea.", source_session_id=1, tags=["a"]
