@@ -32,7 +32,7 @@ from chat.api.fields import (
     id_field,
 )
 from chat.api.throttles import API_THROTTLES, per_user
-from chat.rendering import render_markdown
+from chat.rendered import note_html
 from chat.selectors import agent_for_user
 
 ENTRY_NAME_PATH = OpenApiParameter(
@@ -102,11 +102,11 @@ _NOTE_MARKER_RE = re.compile(r"^<!-- cadau:[^\n]*-->\s*$", re.MULTILINE)
 _NOTE_ROLE_ID_RE = re.compile(r"^(\*\*[a-z]+\*\*) \(#[0-9]+\):", re.MULTILINE)
 
 
-def daily_note_html(markdown: str) -> str:
+def daily_note_html(*, agent_id: str, day: date, markdown: str) -> str:
     """A daily note as the page shows it: Markdown through the chat's sanitising renderer,
-    without the bookkeeping."""
+    without the bookkeeping (rendered once per process, and bounded: chat/rendered.py)."""
     readable = _NOTE_ROLE_ID_RE.sub(r"\1:", _NOTE_MARKER_RE.sub("", markdown))
-    return render_markdown(readable)
+    return note_html(agent_id=agent_id, day=day.isoformat(), markdown=readable)
 
 
 @contextmanager
@@ -156,7 +156,7 @@ class DailyNoteView(APIView):
             {
                 "date": day.isoformat(),
                 "markdown": markdown,
-                "html": daily_note_html(markdown),
+                "html": daily_note_html(agent_id=str(agent.pk), day=day, markdown=markdown),
                 "days": [d.isoformat() for d in days],
             }
         )

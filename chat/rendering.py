@@ -49,6 +49,19 @@ MATH_MAX_CHARS = 5_000
 # took 3 s, and "![" 4 s, on every history read): past this many a text is rendered without
 # them, "[text](url)" left as text (bare URLs are still linked). ~35 ms at most.
 LINK_BRACKETS_MAX = 500
+# Math delimiters ("$", "\(", "\[") past which a text is rendered without math, its TeX
+# shown as text: every formula is ~180 bytes of MathML ("$a$ " 10,000 times: 1.8 MB, a
+# probe). Up to 300 formulas.
+MATH_MARKERS_MAX = 600
+# texmath's "\(" rule copies and scans the rest of its paragraph at every "\(" it tries,
+# so a paragraph of them cost the square of its length (40,000 characters: 6.4 s, a probe).
+# Past this many characters scanned in all (each paragraph's length times its "\(", ~0.07
+# s), a text is rendered without math.
+MATH_SCAN_MAX = 10_000_000
+# Task-list items ("- [ ]", "- [x]") past which they are rendered as plain list items: the
+# tasklists plugin walks back to the list's start from each one (5,000: 4.1 s, a probe).
+TASK_ITEMS_MAX = 200
+_TASK_ITEM_RE = re.compile(r"\[[ xX]\]")
 
 _MATHML_TAGS = {
     "math", "semantics", "annotation", "mrow", "mi", "mn", "mo", "ms", "mtext", "mspace",
@@ -241,11 +254,12 @@ def _alignment_classes(state: Any) -> None:
             token.attrSet("class", f"align-{found.group(1)}")
 
 
-@lru_cache(maxsize=8)
-def _md(*, linkify: bool, math: bool, links: bool = True) -> MarkdownIt:
+@lru_cache(maxsize=16)
+def _md(*, linkify: bool, math: bool, links: bool = True, tasks: bool = True) -> MarkdownIt:
     """A parser with only the rules a text can need: linkify's scan and the math rules cost
     a millisecond or two per message, several times the rest, on a history page of 50.
-    `links` False: no link or image syntax (LINK_BRACKETS_MAX)."""
+    `links` False: no link or image syntax (LINK_BRACKETS_MAX); `tasks` False: no task lists
+    (TASK_ITEMS_MAX)."""
     # "js-default" = CommonMark with html disabled; tables and strikethrough on.
     md = MarkdownIt("js-default", {"breaks": True, "linkify": linkify, "highlight": _highlight})
     md.enable(["table", "strikethrough"])
@@ -253,7 +267,8 @@ def _md(*, linkify: bool, math: bool, links: bool = True) -> MarkdownIt:
         md.disable(["link", "image", "reference"])
     if linkify:
         md.enable("linkify")
-    md.use(tasklists_plugin, label=True)
+    if tasks:
+        md.use(tasklists_plugin, label=True)
     if math:
         # \( \) and \[ \] (what most models write), then $ and $$. No space inside the
         # dollars and no digit after the closing one, so "costs $5 and $6" stays text.
@@ -270,8 +285,20 @@ def _md(*, linkify: bool, math: bool, links: bool = True) -> MarkdownIt:
 def _parser_for(text: str) -> MarkdownIt:
     # What linkify-it can link (a scheme, "www.", an e-mail address) and what can open math.
     linkify = "://" in text or "www." in text or "@" in text
-    math = "$" in text or "\\(" in text or "\\[" in text
-    return _md(linkify=linkify, math=math, links=text.count("[") <= LINK_BRACKETS_MAX)
+    markers = text.count("$") + text.count("\\(") + text.count("\\[")
+    return _md(
+        linkify=linkify,
+        math=0 < markers <= MATH_MARKERS_MAX and _math_scan(text) <= MATH_SCAN_MAX,
+        links=text.count("[") <= LINK_BRACKETS_MAX,
+        tasks=len(_TASK_ITEM_RE.findall(text)) <= TASK_ITEMS_MAX,
+    )
+
+
+def _math_scan(text: str) -> int:
+    """What texmath's inline rule may scan at most: each paragraph's "\\(" times its length."""
+    if "\\(" not in text:
+        return 0
+    return sum(p.count("\\(") * len(p) for p in text.split("\n\n") if "\\(" in p)
 
 
 # nh3 converts its allow-lists on every call, and the MathML ones are most of them (a

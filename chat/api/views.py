@@ -25,8 +25,7 @@ from chat.api import serializers as s
 from chat.api.common import cursor_errors, error_responses, valid
 from chat.api.parsers import JSONParser
 from chat.api.throttles import API_THROTTLES, per_user
-from chat.models import MessageRole, MessageStatus
-from chat.rendered import reply_html
+from chat.rendered import page_html
 from chat.selectors import (
     history_page,
     session_budget,
@@ -152,13 +151,9 @@ class HistoryView(APIView):
             # The chat page shows replies as server-rendered, sanitised Markdown
             # (chat/rendering.py), and everything else as text: only replies are rendered
             # (rendering costs with the text, and a user's own message can be 200,000 runes).
-            for item, message in zip(messages, page.messages, strict=True):
-                if message.role == MessageRole.ASSISTANT:
-                    item["content_html"] = reply_html(
-                        message_id=message.pk,
-                        content=message.content,
-                        final=message.status != MessageStatus.STREAMING,
-                    )
+            for item, rendered in zip(messages, page_html(page.messages), strict=True):
+                if rendered is not None:
+                    item["content_html"] = rendered
         return Response(
             {
                 "messages": messages,

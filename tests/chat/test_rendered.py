@@ -1,7 +1,10 @@
-"""Replies rendered once per process (chat/rendered.py): the history's `render=html` pages
-render a finished reply the first time it is asked for, and again only when its text changed."""
+"""Replies and daily notes rendered once per process, and bounded per request
+(chat/rendered.py): the history's `render=html` pages render a finished reply the first time
+it is asked for, again only when its text changed, and no more text per page than a bound."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -29,12 +32,16 @@ def _html(api, session):
     return [m.get("content_html") for m in page.json()["messages"]]
 
 
+def _reply(session, content, **fields):
+    return ChatMessage.objects.create(
+        session=session, role=MessageRole.ASSISTANT, content=content, **fields
+    )
+
+
 @pytest.mark.django_db
 def test_a_finished_reply_is_rendered_once_and_again_when_its_text_changes(api, owner, renders):
     session = ChatSession.objects.create(owner=owner)
-    reply = ChatMessage.objects.create(
-        session=session, role=MessageRole.ASSISTANT, content="**one** `x < 2`"
-    )
+    reply = _reply(session, "**one** `x < 2`")
     first = _html(api, session)
     assert first == ["<p><strong>one</strong> <code>x &lt; 2</code></p>\n"]
     assert _html(api, session) == first and len(renders) == 1
@@ -47,29 +54,76 @@ def test_a_finished_reply_is_rendered_once_and_again_when_its_text_changes(api, 
 @pytest.mark.django_db
 def test_a_streaming_reply_is_rendered_every_time(api, owner, renders):
     session = ChatSession.objects.create(owner=owner)
-    ChatMessage.objects.create(
-        session=session,
-        role=MessageRole.ASSISTANT,
-        content="so far",
-        status=MessageStatus.STREAMING,
-    )
+    _reply(session, "so far", status=MessageStatus.STREAMING)
     assert _html(api, session) == _html(api, session) == ["<p>so far</p>\n"]
     assert len(renders) == 2
+
+
+@pytest.mark.django_db
+def test_a_page_renders_a_bounded_amount_of_new_text(api, owner, renders, monkeypatch):
+    """A probe: eight reads of a page of long replies held every HTTP thread for a minute."""
+    monkeypatch.setattr(rendered, "PAGE_RENDER_RUNES", 250)
+    monkeypatch.setattr(rendered, "REPLY_RENDER_RUNES_MAX", 150)
+    session = ChatSession.objects.create(owner=owner)
+    for n in range(3):
+        _reply(session, f"reply {n} " + "x" * 90)  # 98 characters each
+    _reply(session, "y" * 151)  # over the reply's bound: never rendered, shown as text
+    first = _html(api, session)
+    assert [h is not None for h in first] == [True, True, False, False]
+    # Read again: the kept ones cost nothing, so the next one is rendered.
+    assert [h is not None for h in _html(api, session)] == [True, True, True, False]
+    assert len(renders) == 3
 
 
 def test_the_cache_keeps_what_its_bound_holds_newest_used_last_out(monkeypatch, renders):
     monkeypatch.setattr(rendered, "CACHE_RUNES_MAX", 25)
     monkeypatch.setattr(rendered, "ENTRY_RUNES_MAX", 20)
-    html = {n: rendered.reply_html(message_id=n, content=f"m{n}", final=True) for n in (1, 2)}
-    assert html == {1: "<p>m1</p>\n", 2: "<p>m2</p>\n"}  # 10 characters each: both kept
-    rendered.reply_html(message_id=1, content="m1", final=True)  # used: 2 is now the oldest
-    rendered.reply_html(message_id=3, content="m3", final=True)  # 30 > 25: 2 goes
+
+    def note(n: int, text: str) -> str:
+        return rendered.note_html(agent_id="a", day=f"2026-01-0{n}", markdown=text)
+
+    assert [note(n, f"m{n}") for n in (1, 2)] == ["<p>m1</p>\n", "<p>m2</p>\n"]  # 10 each
+    note(1, "m1")  # used: 2 is now the oldest
+    note(3, "m3")  # 30 > 25: 2 goes
     assert len(renders) == 3
-    rendered.reply_html(message_id=1, content="m1", final=True)
-    rendered.reply_html(message_id=2, content="m2", final=True)
+    note(1, "m1")
+    note(2, "m2")
     assert renders == ["m1", "m2", "m3", "m2"]
     # One past the entry's bound is never kept.
     long = "y" * 30
     for _ in range(2):
-        rendered.reply_html(message_id=4, content=long, final=True)
+        note(4, long)
     assert renders.count(long) == 2
+
+
+def test_a_long_daily_note_is_shown_as_text(monkeypatch, renders):
+    monkeypatch.setattr(rendered, "NOTE_RENDER_RUNES_MAX", 20)
+    html = rendered.note_html(agent_id="a", day="2026-01-01", markdown="# <b>big</b> " * 3)
+    assert (
+        html
+        == "<pre># &lt;b&gt;big&lt;/b&gt; # &lt;b&gt;big&lt;/b&gt; # &lt;b&gt;big&lt;/b&gt; </pre>\n"
+    )
+    assert renders == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\(" * 20_000,  # the probe's: 6.4 s
+        "\\(" * 600 + "x" * 600_000,
+        ("\\( " + "y" * 1000) * 600,
+        "- [ ] a\n" * 5_000,  # the probe's: 4.1 s
+    ],
+)
+def test_texts_whose_rendering_grew_with_the_square_of_their_length(text):
+    started = time.perf_counter()
+    render_markdown(text)
+    assert time.perf_counter() - started < 1.5  # 0.01-0.3 s here; 4-175 s before
+
+
+def test_math_and_task_lists_within_their_bounds_still_render():
+    many = "Let \\(x_i\\) be the $i$-th value.\n\n" * 150  # 600 delimiters
+    assert render_markdown(many).count("<math") == 300
+    assert "<math" not in render_markdown("$a$ " * 10_000)  # 1.8 MB of MathML before
+    assert render_markdown("- [x] a\n" * 200).count('type="checkbox"') == 200
+    assert 'type="checkbox"' not in render_markdown("- [x] a\n" * 201)
