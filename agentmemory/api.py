@@ -23,6 +23,7 @@ from agentmemory.frontmatter import MAX_TAGS, TAG_RULE, tag_valid
 from agentmemory.hooks import entry_payload
 from agentmemory.selectors import source_message_for
 from chat.api.agents import AGENT_ID_PATH, ERRORS
+from chat.api.common import valid
 from chat.api.errors import ApiError
 from chat.api.fields import (
     BodySerializer,
@@ -131,12 +132,6 @@ def _store_errors() -> Iterator[None]:
         raise ApiError("Not found.", code="not_found", status_code=404) from exc
 
 
-def _valid(serializer_class: type[serializers.Serializer], data: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
-
-
 class DailyNoteView(APIView):
     @extend_schema(
         operation_id="agent_memory_daily",
@@ -146,7 +141,7 @@ class DailyNoteView(APIView):
     )
     def get(self, request: Request, agent_id: str) -> Response:
         agent = agent_for_user(user=request.user, agent_id=agent_id)
-        query = _valid(DailyQuerySerializer, request.query_params)
+        query = valid(DailyQuerySerializer, request.query_params)
         # "Today" is the agent's, as its notes are dated (agentmemory/clock.py).
         day: date = query.get("date") or agent_now(agent=agent).date()
         with _store_errors():
@@ -173,7 +168,7 @@ class EntryListCreateView(APIView):
     )
     def get(self, request: Request, agent_id: str) -> Response:
         agent = agent_for_user(user=request.user, agent_id=agent_id)
-        query = _valid(EntryListQuerySerializer, request.query_params)
+        query = valid(EntryListQuerySerializer, request.query_params)
         with _store_errors():
             if query.get("q"):
                 hits = store.entry_search(agent_id=agent.pk, query=query["q"], limit=query["limit"])
@@ -195,7 +190,7 @@ class EntryListCreateView(APIView):
     )
     def post(self, request: Request, agent_id: str) -> Response:
         agent = agent_for_user(user=request.user, agent_id=agent_id)
-        data = _valid(EntryCreateSerializer, request.data)
+        data = valid(EntryCreateSerializer, request.data)
         session_id = message_id = None
         content = data.get("content", "")
         if "source_message_id" in data:
@@ -250,7 +245,7 @@ class EntryDetailView(APIView):
     )
     def patch(self, request: Request, agent_id: str, name: str) -> Response:
         agent = agent_for_user(user=request.user, agent_id=agent_id)
-        data = _valid(EntryUpdateSerializer, request.data)
+        data = valid(EntryUpdateSerializer, request.data)
         if not data["content"].strip():
             raise ApiError("content must be a non-empty string", code="invalid")
         with _store_errors():

@@ -201,3 +201,24 @@ def test_entry_names_out_of_the_whitelist_are_a_json_4xx(api, owner, name):
 
 def test_unknown_api_routes_are_a_json_404(api):
     _json_error(api.get("/api/v1/nothing/here"), 404)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/chat/history?session_id={s}&limit=1&limit=2",
+        "/api/v1/chat/history?session_id={s}&session_id={s}",
+        "/api/v1/chat/sessions?limit=5&limit=5",
+        "/api/v1/chat/search?q=hello&q=world",
+        "/api/v1/chat/sessions/{s}/export?format=json&format=markdown",
+        "/api/v1/agents/{a}/memory/entries?q=a&q=b",
+        "/api/v1/agents/{a}/memory/daily?date=2026-01-01&date=2026-01-02",
+    ],
+)
+def test_a_query_parameter_given_twice_is_refused(api, owner, path):
+    # Which one would count is a guess (Django reads the last), as for a body's key given
+    # twice: a 400, as the contract's strict types say (a probe).
+    session, agent = ChatSessionFactory(owner=owner), AgentFactory(owner=owner)
+    response = api.get(path.format(s=session.pk, a=agent.pk))
+    _json_error(response, 400)
+    assert response.json()["error"]["code"] == "invalid"

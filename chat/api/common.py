@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.http import QueryDict
 from drf_spectacular.utils import OpenApiResponse
+from rest_framework.exceptions import ValidationError
 from rest_framework.serializers import Serializer
 
 from chat.api import serializers as s
@@ -26,7 +28,13 @@ def error_responses(*codes: int) -> dict[int, OpenApiResponse]:
 
 
 def valid(serializer_class: type[Serializer], data: Any) -> dict[str, Any]:
-    """The validated data, or DRF's ValidationError (a 400 in the error shape)."""
+    """The validated data, or DRF's ValidationError (a 400 in the error shape). A query
+    parameter given twice (`?limit=1&limit=2`) is refused, as a body's key given twice is:
+    which one counts would be a guess."""
+    if isinstance(data, QueryDict):
+        repeated = sorted(key for key, values in data.lists() if len(values) > 1)
+        if repeated:
+            raise ValidationError({key: ["Given more than once."] for key in repeated})
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)

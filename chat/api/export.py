@@ -173,7 +173,10 @@ class SessionExportView(APIView):
     )
     def get(self, request: Request, session_id: str) -> Any:
         session = session_for_user(user=request.user, session_id=session_id)
-        fmt = request.query_params.get("format", "markdown")
+        given = request.query_params.getlist("format") or ["markdown"]
+        if len(given) > 1:
+            raise ApiError("format given more than once", code="invalid")
+        fmt = given[0]
         if fmt not in FORMATS:
             raise ApiError(
                 f"format must be one of {', '.join(FORMATS)}, not {fmt[:40]!r}", code="invalid"
