@@ -222,3 +222,19 @@ def test_a_query_parameter_given_twice_is_refused(api, owner, path):
     response = api.get(path.format(s=session.pk, a=agent.pk))
     _json_error(response, 400)
     assert response.json()["error"]["code"] == "invalid"
+
+
+def test_a_cursor_with_a_space_before_it_is_refused(api, owner):
+    """A probe: " <cursor>" was trimmed and read as the cursor."""
+    session = ChatSessionFactory(owner=owner)
+    for n in range(3):
+        ChatMessage.objects.create(session=session, role="user", content=f"m{n}")
+    page = api.get("/api/v1/chat/history", {"session_id": session.pk, "limit": 1}).json()
+    cursor = page["older_cursor"]
+    assert (
+        api.get("/api/v1/chat/history", {"session_id": session.pk, "before": cursor}).status_code
+        == 200
+    )
+    for spelled in (f" {cursor}", f"{cursor} ", f"{cursor}\n"):
+        response = api.get("/api/v1/chat/history", {"session_id": session.pk, "before": spelled})
+        _json_error(response, 400)

@@ -41,6 +41,13 @@ class StrictCharField(EmptyIsGiven, serializers.CharField):
         return str(super().to_internal_value(data))
 
 
+class CursorField(StrictCharField):
+    """A page's cursor, as the server wrote it: not trimmed (" <cursor>" is not a cursor)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(trim_whitespace=False, **kwargs)
+
+
 class LineField(StrictCharField):
     """A one-line name: a JSON string without line breaks or other control characters."""
 

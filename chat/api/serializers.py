@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from chat.api.fields import (
     BodySerializer,
+    CursorField,
     LineField,
     StrictCharField,
     StrictChoiceField,
@@ -113,7 +114,7 @@ class SnapshotSerializer(serializers.ModelSerializer):
 
 class SessionListQuerySerializer(serializers.Serializer):
     limit = StrictIntegerField(min_value=1, max_value=100, default=20)
-    cursor = StrictCharField(required=False)
+    cursor = CursorField(required=False)
 
 
 class SessionCreateSerializer(BodySerializer):
@@ -141,10 +142,10 @@ class SessionUpdateSerializer(BodySerializer):
 class HistoryQuerySerializer(serializers.Serializer):
     session_id = id_field()
     limit = StrictIntegerField(min_value=1, max_value=200, default=50)
-    before = StrictCharField(required=False, help_text="older_cursor of a previous page")
-    after = StrictCharField(required=False, help_text="newer_cursor of a previous page")
+    before = CursorField(required=False, help_text="older_cursor of a previous page")
+    after = CursorField(required=False, help_text="newer_cursor of a previous page")
     around = id_field(required=False, help_text="a message id: the window centred on it")
-    cursor = StrictCharField(required=False, help_text="Deprecated alias of `before`.")
+    cursor = CursorField(required=False, help_text="Deprecated alias of `before`.")
     render = StrictChoiceField(
         choices=["html"],
         required=False,
@@ -169,14 +170,14 @@ class SearchQuerySerializer(serializers.Serializer):
     )
     session_id = id_field(required=False, help_text="Only this session's messages.")
     role = StrictChoiceField(choices=["user", "assistant", "tool"], required=False)
-    before = StrictCharField(required=False, help_text="next_cursor of a previous page")
+    before = CursorField(required=False, help_text="next_cursor of a previous page")
     limit = StrictIntegerField(min_value=1, max_value=50, default=20)
 
 
 class TurnsQuerySerializer(serializers.Serializer):
     session_id = id_field()
     limit = StrictIntegerField(min_value=1, max_value=1000, default=200)
-    cursor = StrictCharField(required=False)
+    cursor = CursorField(required=False)
 
 
 class TruncateRequestSerializer(BodySerializer):
