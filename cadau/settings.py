@@ -330,9 +330,9 @@ HTTP_THREADS: int = _int("HTTP_THREADS", default=8, minimum=1, maximum=256)
 # --- REST framework -------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
-        # DRF's TokenAuthentication plus the maximum age, and 401 for a bad key (cadau/tokens.py).
+        # Token first (max age, 401 for a bad key: cadau/tokens.py), then the session cookie.
         "cadau.tokens.ExpiringTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_THROTTLE_CLASSES": API_THROTTLE_CLASSES,

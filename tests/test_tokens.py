@@ -122,6 +122,24 @@ def test_a_garbage_token_is_401(owner):
         assert response.json()["error"]["code"] in {"token_invalid", "authentication_failed"}
 
 
+def test_a_bad_token_beside_a_session_cookie_is_401_not_a_csrf_403(owner):
+    """A probe: the session's authenticator came first, so a script with a stale key and a
+    browser's cookie got `403 permission_denied` (CSRF) for a POST, not the documented 401."""
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(owner)
+    client.credentials(HTTP_AUTHORIZATION="Token " + "0" * 40)
+    response = client.post(SESSIONS, {"title": "x"}, format="json")
+    _error(response, 401, "token_invalid")
+    assert response["WWW-Authenticate"] == "Token"
+    # A good key beside the cookie is the token's request: no CSRF token asked for.
+    client.credentials(HTTP_AUTHORIZATION=f"Token {_login()}")
+    assert client.post(SESSIONS, {"title": "x"}, format="json").status_code == 201
+    # No credentials at all: still 403 not_authenticated, without a challenge.
+    response = APIClient().get(SESSIONS)
+    _error(response, 403, "not_authenticated")
+    assert "WWW-Authenticate" not in response
+
+
 # --- rotation on a password change -------------------------------------------------------------
 
 
