@@ -100,7 +100,7 @@ class ApiReadThrottle(UserThrottle):
     account cannot keep the HTTP threads busy for everyone."""
 
     scope = "api_read"
-    methods = frozenset({"GET"})
+    methods = frozenset({"GET", "OPTIONS"})
 
 
 class ApiWriteThrottle(UserThrottle):

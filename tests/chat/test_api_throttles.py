@@ -46,8 +46,9 @@ def test_reads_without_a_scope_of_their_own_are_bounded_per_user(
     url = path.format(id=session.pk)
     assert [api.get(url).status_code for _ in range(2)] == [200, 200]
     _refused(api.get(url))
-    # HEAD is the same work as GET, so the same count.
+    # HEAD is the same work as GET, so the same count; OPTIONS is a read too.
     assert api.head(url).status_code == 429
+    assert api.options(url).status_code == 429
     # Another user's allowance is their own.
     mine = ChatSessionFactory.create(owner=outsider)
     assert outsider_api.get(path.format(id=mine.pk)).status_code == 200
