@@ -1,9 +1,10 @@
-"""The API's query strings must be UTF-8 text.
+"""The API's query strings and paths must be UTF-8 text.
 
 Django decodes a query string's percent-escapes as UTF-8 with errors replaced, so
-`q=%FF%FE` reached the search as "\ufffd\ufffd" and was searched for: a request nobody wrote.
-Under /api/ such a query string is refused here, before Django, with a 400 in the API's error
-shape (JSON bodies are checked by the API's parser, chat/api/parsers.py). Other pages keep
+`q=%FF%FE` reached the search as "\ufffd\ufffd" and was searched for: a request nobody wrote;
+a path's likewise (`/memory/entries/%ff` was refused as the entry name "\ufffd", a probe).
+Under /api/ such a query string or path is refused here, before Django, with a 400 in the API's
+error shape (JSON bodies are checked by the API's parser, chat/api/parsers.py). Other pages keep
 Django's lenient reading: they take no text from their query strings."""
 
 from __future__ import annotations
@@ -34,15 +35,27 @@ class QueryTextCheck:
         if (
             scope["type"] == "http"
             and scope.get("path", "").startswith(API_PREFIX)
-            and not query_string_is_utf8(scope.get("query_string", b""))
+            and not (
+                query_string_is_utf8(scope.get("query_string", b""))
+                # The path as the client wrote it (the ASGI server gives it decoded too).
+                and _path_is_utf8(scope.get("raw_path") or b"")
+            )
         ):
             await _refuse(send)
             return
         await self.app(scope, receive, send)
 
 
+def _path_is_utf8(raw: bytes) -> bool:
+    try:
+        unquote_to_bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 async def _refuse(send: Any) -> None:
-    message = "The query string is not valid UTF-8 (after decoding its %-escapes)."
+    message = "The path or query string is not valid UTF-8 (after decoding its %-escapes)."
     body = json.dumps({"error": {"code": "bad_request", "message": message}}).encode()
     await send(
         {

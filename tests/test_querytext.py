@@ -60,6 +60,19 @@ async def test_a_search_for_bytes_that_are_not_text_is_a_400(owner, bad):
         assert len(response.json()["results"]) == 1
 
 
+@pytest.mark.parametrize("bad", NOT_UTF8)
+async def test_a_path_that_is_not_text_is_a_400(owner, bad):
+    """A probe: `/memory/entries/%ff` was refused as the entry name "\ufffd"."""
+    token, _ = await database_sync_to_async(_setup)(owner)
+    async with _client(token) as client:
+        response = await client.get(f"/api/v1/agents/1/memory/entries/{bad}")
+        assert response.status_code == 400, response.text[:300]
+        assert response.json()["error"]["code"] == "bad_request"
+        # Written as UTF-8, it is a name like any other (not found here).
+        response = await client.get("/api/v1/agents/1/memory/entries/caf%C3%A9")
+        assert response.status_code == 404
+
+
 async def test_a_json_body_that_is_not_utf8_is_a_400_and_stores_nothing(owner):
     token, session_id = await database_sync_to_async(_setup)(owner)
     body = b'{"session_id": %d, "content": "\xff\xfe"}' % session_id
