@@ -120,7 +120,10 @@ async def test_a_sync_view_starts_no_thread_of_its_own(handler, monkeypatch):
         monkeypatch.setattr(threading.Thread, "start", counted)
         for _ in range(5):
             assert (await client.get("/sync")).status_code == 200
-    assert started == []
+    # The HTTP pool itself may still grow (up to HTTP_THREADS: a request submitted before the
+    # last one's thread was back waiting starts another, as a loaded CI machine showed); no
+    # thread of any other kind may start.
+    assert [name for name in started if not name.startswith("cadau-http")] == []
 
 
 async def test_an_async_view_stays_on_the_loop_with_the_middleware(handler):
