@@ -95,11 +95,6 @@ def _address_key(address: str) -> str:
     if carried is not None:
         return str(carried)
     return str(ipaddress.IPv6Network((parsed, 64), strict=False))
-    if isinstance(parsed, ipaddress.IPv6Address):
-        if parsed.ipv4_mapped is not None:
-            return str(parsed.ipv4_mapped)
-        return str(ipaddress.IPv6Network((parsed, 64), strict=False))
-    return address
 
 
 def username_key(username: object) -> str | None:

@@ -220,7 +220,11 @@ def test_an_ipv6_client_is_counted_by_its_64_network(settings, clock):
     ],
 )
 def test_address_keys(address, key):
+    kept = logins._address_key.cache_info().currsize
     assert logins.address_key(address) == key
+    # What is too long to be an address is not parsed, nor kept in the parse cache.
+    if len(address) > logins._ADDRESS_RUNES_MAX:
+        assert logins._address_key.cache_info().currsize == kept
 
 
 def test_token_endpoint_is_throttled_per_username_across_addresses(settings, clock):
