@@ -53,14 +53,15 @@ def tokens(text: str) -> list[str]:
 
 def normalized(text: str) -> str:
     """What two entries must share to be "the same fact": case, width, punctuation and
-    whitespace differences do not count. Text without a letter or digit is its symbols: an
-    entry of emoji ("🥜🚫") says something, one of punctuation and spaces nothing (""); the
-    emoji's joiners and variation selectors do not count either."""
+    whitespace differences do not count. Text without a letter or digit is its pictographs
+    (Unicode's "other symbols": emoji, dingbats): an entry of emoji ("🥜🚫") says something,
+    one of punctuation, spaces or ASCII signs ("+++", "~~~") nothing (""); the emoji's joiners,
+    variation selectors and skin tones do not count."""
     words = tokens(text)
     if words:
         return " ".join(words)
     folded = unicodedata.normalize("NFKC", text).casefold()
-    return " ".join(c for c in folded if unicodedata.category(c).startswith("S"))
+    return " ".join(c for c in folded if unicodedata.category(c) == "So")
 
 
 def content_hash(text: str) -> str:

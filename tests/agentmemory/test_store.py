@@ -148,7 +148,7 @@ def test_entry_slug_collision_and_non_ascii_first_line(runtime: Path):
 
 
 def test_entry_validation(runtime: Path):
-    for content in ("", "   ", "...!!!"):
+    for content in ("", "   ", "...!!!", "+++", "~~~", "="):
         with pytest.raises(ValueError, match="empty"):
             store.entry_write(agent_id=A, name=None, content=content)
     with pytest.raises(TooLarge):
