@@ -17,7 +17,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework.authtoken.models import Token
-from rest_framework.exceptions import APIException, ParseError, ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -236,15 +236,16 @@ _Body = TypeVar("_Body", bound=BodySerializer)
 
 
 def _body(request: Request, body: type[_Body]) -> _Body:
-    """The request's body, validated by `body`. One refused (not JSON, or not valid) spends
-    the user's write allowance: a valid one is counted by the turn service, as `chat_send`."""
+    """The request's body, validated by `body`. One refused (another media type, not JSON, or
+    not valid) spends the user's write allowance: a valid one is counted by the turn service,
+    as `chat_send`."""
     refused: APIException
     try:
         data = body(data=request.data)
         if data.is_valid():
             return data
         refused = ValidationError(data.errors)
-    except ParseError as exc:
+    except APIException as exc:  # ParseError, UnsupportedMediaType
         refused = exc
     write_refused_count(request)
     raise refused

@@ -108,6 +108,13 @@ def test_a_send_whose_body_is_refused_spends_the_write_allowance(rates, api, own
     assert ChatMessage.objects.filter(session=session).count() == 0
 
 
+@pytest.mark.parametrize("path", ["/api/v1/chat/send", "/api/v1/chat/regenerate"])
+def test_a_send_of_another_media_type_spends_the_write_allowance(rates, api, path):
+    rates(api_write="1/min", chat_send="100/min")
+    assert api.post(path, b"x" * 100_000, content_type="text/plain").status_code == 415
+    _refused(api.post(path, b"x" * 100_000, content_type="text/plain"))
+
+
 def test_sends_do_not_spend_the_write_allowance(rates, api, owner, fake_llm):
     rates(api_write="1/min", chat_send="100/min")
     session = ChatSessionFactory.create(owner=owner)
