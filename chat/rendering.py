@@ -53,11 +53,15 @@ LINK_BRACKETS_MAX = 500
 # shown as text: every formula is ~180 bytes of MathML ("$a$ " 10,000 times: 1.8 MB, a
 # probe). Up to 300 formulas.
 MATH_MARKERS_MAX = 600
-# texmath's "\(" rule copies and scans the rest of its paragraph at every "\(" it tries,
-# so a paragraph of them cost the square of its length (40,000 characters: 6.4 s, a probe).
-# Past this many characters scanned in all (each paragraph's length times its "\(", ~0.07
-# s), a text is rendered without math.
+# texmath's "\(" rule copies and scans the rest of its paragraph at every "\(" it tries, so
+# a paragraph of them cost the square of its length (40,000 characters: 6.4 s, a probe), and
+# its "\[" rule the rest of the text. Past this many characters scanned in all, counted from
+# above (~0.1 s), a text is rendered without math.
 MATH_SCAN_MAX = 10_000_000
+# dollarmath's "$$" block rule walks the lines after each "$$" in Python (a review: 300 "$$"
+# lines each closed off by a heading, 4.6 s for 100,000 characters, 1.5 s for 32,000): past
+# this many lines walked in all, counted from above (~0.1 s), no math either.
+MATH_BLOCK_LINES_MAX = 300_000
 # Task-list items ("- [ ]", "- [x]") past which they are rendered as plain list items: the
 # tasklists plugin walks back to the list's start from each one (5,000: 4.1 s, a probe).
 TASK_ITEMS_MAX = 200
@@ -288,17 +292,22 @@ def _parser_for(text: str) -> MarkdownIt:
     markers = text.count("$") + text.count("\\(") + text.count("\\[")
     return _md(
         linkify=linkify,
-        math=0 < markers <= MATH_MARKERS_MAX and _math_scan(text) <= MATH_SCAN_MAX,
+        math=0 < markers <= MATH_MARKERS_MAX and _math_affordable(text),
         links=text.count("[") <= LINK_BRACKETS_MAX,
         tasks=len(_TASK_ITEM_RE.findall(text)) <= TASK_ITEMS_MAX,
     )
 
 
-def _math_scan(text: str) -> int:
-    """What texmath's inline rule may scan at most: each paragraph's "\\(" times its length."""
-    if "\\(" not in text:
-        return 0
-    return sum(p.count("\\(") * len(p) for p in text.split("\n\n") if "\\(" in p)
+def _math_affordable(text: str) -> bool:
+    """Whether the math rules' scans stay within MATH_SCAN_MAX and MATH_BLOCK_LINES_MAX:
+    each paragraph's length times its "\\(", the text's length times its "\\[", its lines
+    times its "$$"."""
+    if text.count("$$") * (text.count("\n") + 1) > MATH_BLOCK_LINES_MAX:
+        return False
+    scanned = text.count("\\[") * len(text)
+    if "\\(" in text:
+        scanned += sum(p.count("\\(") * len(p) for p in text.split("\n\n") if "\\(" in p)
+    return scanned <= MATH_SCAN_MAX
 
 
 # nh3 converts its allow-lists on every call, and the MathML ones are most of them (a

@@ -52,31 +52,50 @@ def test_a_finished_reply_is_rendered_once_and_again_when_its_text_changes(api, 
 
 
 @pytest.mark.django_db
-def test_a_streaming_reply_is_rendered_every_time(api, owner, renders):
+def test_a_streaming_reply_is_not_rendered(api, owner, renders):
+    # The page shows a streaming reply as text until it ends (static/chat/message-parts.js).
     session = ChatSession.objects.create(owner=owner)
     _reply(session, "so far", status=MessageStatus.STREAMING)
-    assert _html(api, session) == _html(api, session) == ["<p>so far</p>\n"]
-    assert len(renders) == 2
+    assert _html(api, session) == [None]
+    assert renders == []
 
 
 @pytest.mark.django_db
-def test_a_page_renders_a_bounded_amount_of_new_text(api, owner, renders, monkeypatch):
-    """A probe: eight reads of a page of long replies held every HTTP thread for a minute."""
-    monkeypatch.setattr(rendered, "PAGE_RENDER_RUNES", 250)
+def test_a_page_stops_rendering_after_its_time_newest_first(api, owner, renders, monkeypatch):
+    """A probe and a review: reads of a page of long replies held the HTTP threads for
+    seconds each, every read."""
     monkeypatch.setattr(rendered, "REPLY_RENDER_RUNES_MAX", 150)
     session = ChatSession.objects.create(owner=owner)
     for n in range(3):
-        _reply(session, f"reply {n} " + "x" * 90)  # 98 characters each
+        _reply(session, f"reply {n} " + "x" * 90)
     _reply(session, "y" * 151)  # over the reply's bound: never rendered, shown as text
-    first = _html(api, session)
-    assert [h is not None for h in first] == [True, True, False, False]
-    # Read again: the kept ones cost nothing, so the next one is rendered.
+    clock = iter([0.0, 0.1, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2])
+    monkeypatch.setattr(rendered, "_clock", lambda: next(clock))
+    # Started at 0.0; the newest reply (the long one) is skipped, reply 2 starts at 0.1, and
+    # by reply 1 the page's 0.5 s are spent.
+    assert [h is not None for h in _html(api, session)] == [False, False, True, False]
+    monkeypatch.setattr(rendered, "_clock", lambda: 0.0)
+    # Read again: what was rendered is kept, the rest is rendered now.
     assert [h is not None for h in _html(api, session)] == [True, True, True, False]
     assert len(renders) == 3
 
 
+@pytest.mark.django_db
+def test_a_reply_whose_html_is_too_big_is_rendered_once_and_shown_as_text(
+    api, owner, renders, monkeypatch
+):
+    # An empty-celled table grows tenfold in HTML (a review: 980,000 characters).
+    monkeypatch.setattr(rendered, "ENTRY_RUNES_MAX", 200)
+    session = ChatSession.objects.create(owner=owner)
+    table = "|a|b|\n|-|-|\n" + "|||\n" * 20
+    _reply(session, table)
+    assert _html(api, session) == _html(api, session) == [None]
+    assert renders == [table]
+
+
 def test_the_cache_keeps_what_its_bound_holds_newest_used_last_out(monkeypatch, renders):
     monkeypatch.setattr(rendered, "CACHE_RUNES_MAX", 25)
+    monkeypatch.setattr(rendered, "_MARKER_RUNES", 1)  # entries count their own length
     monkeypatch.setattr(rendered, "ENTRY_RUNES_MAX", 20)
 
     def note(n: int, text: str) -> str:
@@ -89,11 +108,10 @@ def test_the_cache_keeps_what_its_bound_holds_newest_used_last_out(monkeypatch, 
     note(1, "m1")
     note(2, "m2")
     assert renders == ["m1", "m2", "m3", "m2"]
-    # One past the entry's bound is never kept.
+    # One whose HTML is past the entry's bound is rendered once, and shown as text.
     long = "y" * 30
-    for _ in range(2):
-        note(4, long)
-    assert renders.count(long) == 2
+    assert [note(4, long) for _ in range(2)] == [f"<pre>{long}</pre>\n"] * 2
+    assert renders.count(long) == 1
 
 
 def test_a_long_daily_note_is_shown_as_text(monkeypatch, renders):
@@ -122,5 +140,11 @@ def test_math_and_task_lists_within_their_bounds_still_render():
     many = "Let \\(x_i\\) be the $i$-th value.\n\n" * 150  # 600 delimiters
     assert render_markdown(many).count("<math") == 300
     assert "<math" not in render_markdown("$a$ " * 10_000)  # 1.8 MB of MathML before
+    # "$$" lines closed off by headings: dollarmath walked the rest of the text from each (a
+    # review: 1.5 s for 32,000 characters); display math in an ordinary reply still renders.
+    walked = "$$ x\n#\n" * 300 + "a\n" * 12_000
+    assert "<math" not in render_markdown(walked)
+    shown = "Some text.\n\n$$\n\\int_0^1 x^2 dx = \\frac{1}{3}\n$$\n\n" * 20
+    assert render_markdown(shown).count("<math") == 20
     assert render_markdown("- [x] a\n" * 200).count('type="checkbox"') == 200
     assert 'type="checkbox"' not in render_markdown("- [x] a\n" * 201)
