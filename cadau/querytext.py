@@ -18,13 +18,7 @@ API_PREFIX = "/api/"
 
 def query_string_is_utf8(raw: bytes) -> bool:
     """Whether every name and value of `raw`, once its percent-escapes are decoded, is UTF-8."""
-    if not raw:
-        return True
-    try:
-        unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+    return not raw or _unescaped_is_utf8(raw.replace(b"+", b" "))
 
 
 class QueryTextCheck:
@@ -38,7 +32,7 @@ class QueryTextCheck:
             and not (
                 query_string_is_utf8(scope.get("query_string", b""))
                 # The path as the client wrote it (the ASGI server gives it decoded too).
-                and _path_is_utf8(scope.get("raw_path") or b"")
+                and _unescaped_is_utf8(scope.get("raw_path") or b"")
             )
         ):
             await _refuse(send)
@@ -46,7 +40,8 @@ class QueryTextCheck:
         await self.app(scope, receive, send)
 
 
-def _path_is_utf8(raw: bytes) -> bool:
+def _unescaped_is_utf8(raw: bytes) -> bool:
+    """Whether `raw`, once its percent-escapes are decoded, is UTF-8."""
     try:
         unquote_to_bytes(raw).decode("utf-8")
     except UnicodeDecodeError:

@@ -32,12 +32,17 @@ def valid(serializer_class: type[Serializer], data: Any) -> dict[str, Any]:
     parameter given twice (`?limit=1&limit=2`) is refused, as a body's key given twice is:
     which one counts would be a guess."""
     if isinstance(data, QueryDict):
-        repeated = sorted(key for key, values in data.lists() if len(values) > 1)
-        if repeated:
-            raise ValidationError({key: ["Given more than once."] for key in repeated})
+        query_once_each(data)
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+def query_once_each(query: QueryDict) -> None:
+    """ValidationError (400 invalid) when a query parameter is given more than once."""
+    repeated = sorted(key for key, values in query.lists() if len(values) > 1)
+    if repeated:
+        raise ValidationError({key: ["Given more than once."] for key in repeated})
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from chat.api import serializers as s
+from chat.api.common import query_once_each
 from chat.api.errors import ApiError
 from chat.api.throttles import API_THROTTLES, per_user
 from chat.markdown_text import markdown_code_span, markdown_fenced, markdown_plain
@@ -173,10 +174,8 @@ class SessionExportView(APIView):
     )
     def get(self, request: Request, session_id: str) -> Any:
         session = session_for_user(user=request.user, session_id=session_id)
-        given = request.query_params.getlist("format") or ["markdown"]
-        if len(given) > 1:
-            raise ApiError("format given more than once", code="invalid")
-        fmt = given[0]
+        query_once_each(request.query_params)
+        fmt = request.query_params.get("format", "markdown")
         if fmt not in FORMATS:
             raise ApiError(
                 f"format must be one of {', '.join(FORMATS)}, not {fmt[:40]!r}", code="invalid"
