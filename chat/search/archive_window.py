@@ -21,7 +21,13 @@ version:
   only the rows between the old and the new bound are read, and the oldest fall off the
   window's end; a bound that moved back is read anew;
 - replies still streaming or failed are left out, as decided when a row is read. An entry is
-  read again from scratch after ENTRY_SECONDS in any case.
+  read again from scratch after ENTRY_SECONDS in any case;
+- a truncation moves the version but deletes only messages at or above its cut: a window
+  bound under the cut is kept at the new version (archive_window_truncated).
+
+A send that finds no window kept (the first after an import, a restart, an edit) does not read
+one before its first token: it recalls from the newest rows only, and the whole window is read
+in the background for the sends after it (`cold_rows`).
 
 A window read when its chat is opened (chat/search/recall_warm.py) also gets a list of its
 words (chat/search/window_words.py), counted in its share of the bound.
@@ -48,6 +54,8 @@ from chat.search.backends import RawMessageRow, Scope, stamp_datetime, window_ro
 from chat.search.concepts import KindTexts
 from chat.search.window_words import WindowWords, window_words_build
 
+# The rows of a window (automatic recall's, chat/search/recall_auto.py).
+WINDOW_ROWS = 1000
 # Kept text, in characters, over every session (the content and its folded copy both count).
 # With what is around it (the rows, the kept matches and lookups): 3.6 bytes a counted
 # character for 1,000 short ASCII messages (bench ttft's data), ~30 MB per process; Python
@@ -61,7 +69,9 @@ ENTRY_RUNES_MAX = CACHE_RUNES_MAX // 8
 # send read its 1,000 rows again. The rows come first: a window whose word list
 # (chat/search/window_words.py) does not fit beside them is kept without one.
 ROWS_RUNES_MAX = ENTRY_RUNES_MAX
-# Messages do not change (see above): this only bounds how long a kept entry is trusted.
+# Messages do not change (see above): this only bounds how long a kept entry is trusted (a
+# reply left out as streaming when it was read). Past it, a send still recalls from it while
+# it is read again in the background (archive_window_read's `cold_rows`).
 ENTRY_SECONDS = 900.0
 # Index lookups kept per window (term and bound), each up to recall's TERM_HITS ids.
 OLDER_TERMS_MAX = 256
@@ -127,6 +137,10 @@ class ArchiveWindow:
     # A list was built for these rows and did not fit: opening the chat again would only build
     # it again to throw it away.
     words_tried: bool = False
+    # A stand-in for one send, given only with archive_window_read's `cold_rows`: the newest
+    # of the rows asked for (none were kept; not kept itself), or a kept window past
+    # ENTRY_SECONDS. The caller has the whole window read again off the send's way.
+    read_again: bool = False
 
     def created_at(self, mid: int, stamp: Any) -> datetime:
         """When message `mid` was written, from its `stamp` (as the database gave it, or a
@@ -291,27 +305,35 @@ _kept_runes = 0
 
 
 def archive_window_read(
-    *, owner_id: int, session_id: int, below_id: int, size: int, version: int
+    *, owner_id: int, session_id: int, below_id: int, size: int, version: int, cold_rows: int = 0
 ) -> ArchiveWindow:
     """The newest `size` recallable messages of the session under `below_id`: from this
     process's cache where it holds them (reading only what the bound moved past), else from
-    the database."""
+    the database.
+
+    `cold_rows` (a send before its first token): with no window kept, only that many are read;
+    a kept window past ENTRY_SECONDS is used as it is. Either comes back `read_again`, and the
+    caller has the whole window read off the send's way (chat/search/recall_warm.py). A first
+    send to a session just imported read and case-folded 1,000 rows and tested each word of
+    its message on each: ~12 of the 20 ms its recall took in process (bench ttft's imported
+    session), against 1-2 ms for 150 rows."""
     key = (owner_id, session_id)
     scope = Scope(owner_id=owner_id, session_id=session_id, below_id=below_id)
     with _lock:
         kept = _windows.get(key)
+    stale = kept is not None and monotonic() - kept.read_at >= ENTRY_SECONDS
     if (
         kept is not None
         and kept.size == size
         and kept.version == version
         and kept.below_id <= below_id
-        and monotonic() - kept.read_at < ENTRY_SECONDS
+        and (not stale or cold_rows)
     ):
         if kept.below_id == below_id:
             with _lock:
                 if key in _windows:
                     _windows.move_to_end(key)
-            return kept
+            return _stand_in(kept) if stale else kept
         found = window_rows(scope=scope, rows=_DELTA_ROWS_MAX, from_id=kept.below_id)
         if len(found) < _DELTA_ROWS_MAX:
             added = _recallable(found)
@@ -337,20 +359,29 @@ def archive_window_read(
                 words_tried=kept.words_tried,
             )
             _keep(key, window)
-            return window
-    found = window_rows(scope=scope, rows=size)
+            return _stand_in(window) if stale else window
+    read = cold_rows if 0 < cold_rows < size else size
+    found = window_rows(scope=scope, rows=read)
     rows, cut = _within(_recallable(found))
     window = _window(
         below_id=below_id,
         version=version,
         rows=rows,
         # Counted before the filter: rows of other roles below the bound still mean more.
-        more=len(found) >= size or cut,
+        more=len(found) >= read or cut,
         size=size,
         read_at=monotonic(),
     )
+    if read < size and len(found) >= read:
+        # Fewer than the window's rows, with more below: for this send only.
+        return _stand_in(window)
+    # The whole window, or all the archive there is (a short read holds everything too).
     _keep(key, window)
     return window
+
+
+def _stand_in(window: ArchiveWindow) -> ArchiveWindow:
+    return dataclasses.replace(window, read_again=True)
 
 
 def archive_window_words_build(*, owner_id: int, session_id: int) -> bool:
@@ -368,6 +399,24 @@ def archive_window_words_build(*, owner_id: int, session_id: int) -> bool:
             return False
         _keep_locked(key, listed)
     return listed.word_rows is not None
+
+
+def archive_window_truncated(
+    *, owner_id: int, session_id: int, from_id: int, version: int, moved_to: int
+) -> None:
+    """The session's messages from `from_id` on were deleted (chat/services/sessions.py
+    `message_truncate`), moving its messages_version from `version` to `moved_to`. A window
+    kept at `version` and bound at or under `from_id` holds none of them: it still is what the
+    archive holds, and is kept at the new version. Read again instead, it was a whole window
+    before the first token of the send after every edit-and-resend (one in every question of
+    the fidelity benchmark, which takes each question back). Other processes read theirs
+    again (their versions no longer match)."""
+    key = (owner_id, session_id)
+    with _lock:
+        kept = _windows.get(key)
+        if kept is None or kept.version != version or kept.below_id > from_id:
+            return
+        _keep_locked(key, dataclasses.replace(kept, version=moved_to))
 
 
 def _list_beside(runes: int, word_rows: WindowWords) -> tuple[WindowWords | None, bool, int]:

@@ -54,6 +54,7 @@ from chat.context.compose import (
 from chat.errors import SearchTimeout
 from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.archive_window import (
+    WINDOW_ROWS,
     ArchiveWindow,
     archive_window_read,
     older_hits_keep,
@@ -69,6 +70,7 @@ from chat.search.concepts import KindTexts, concepts_named
 from chat.search.recall import PHRASE_MIN_CHARS, RECALL_SECONDS, cut_around
 from chat.search.recall_neighbours import neighbour_shares, neighbours_of
 from chat.search.recall_order import RecallOrder, recall_runs
+from chat.search.recall_warm import recall_window_read_later
 from chat.search.selectors import search_deadline
 from chat.search.semantic import rank_fuse, semantic_ranking
 from chat.search.terms import recall_terms, term_is_identifier, term_stem
@@ -77,8 +79,12 @@ logger = logging.getLogger("chat.search")
 
 TERMS_MAX = 8
 CONTEXT_TERMS_MAX = 3
-# The archive's newest rows, matched in memory against every term.
-WINDOW_ROWS = 1000
+# The archive's newest rows, matched in memory against every term: WINDOW_ROWS
+# (chat/search/archive_window.py), or, for a send that finds none kept in this process (the
+# first after an import, a restart or an edit), the newest COLD_WINDOW_ROWS of them while the
+# whole window is read off its way for the sends after it. Its rarer terms are looked up in
+# the index below those rows, as below any window.
+COLD_WINDOW_ROWS = 150
 # A term in less of that window than this is rare: the index is asked for its older matches,
 # for the rarest INDEX_TERMS_MAX such terms (on PostgreSQL a trigram lookup costs with the
 # matches it sorts: rare terms only).
@@ -261,16 +267,23 @@ def _scored(
 
 
 def _window_of(ask: RecallAsk) -> ArchiveWindow | None:
-    """The archive's newest WINDOW_ROWS rows, kept between sends; None with no archive."""
+    """The archive's newest WINDOW_ROWS rows, kept between sends (with none kept, the newest
+    COLD_WINDOW_ROWS; either read again in the background then, or when the kept one is past
+    its ENTRY_SECONDS); None with no archive."""
     if ask.below_id is None:
         return None
-    return archive_window_read(
+    window = archive_window_read(
         owner_id=ask.owner_id,
         session_id=ask.session_id,
         below_id=ask.below_id,
         size=WINDOW_ROWS,
         version=ask.version,
+        cold_rows=COLD_WINDOW_ROWS,
     )
+    if window.read_again:
+        # It starts once this send has its first token (the warming thread gives way to it).
+        recall_window_read_later(session_id=ask.session_id, owner_id=ask.owner_id, size=WINDOW_ROWS)
+    return window
 
 
 def _below_window(ask: RecallAsk, window: ArchiveWindow | None) -> Scope | None:

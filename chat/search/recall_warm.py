@@ -36,11 +36,11 @@ from chat.context.prompt import context_config_for
 from chat.context.state import context_state_read
 from chat.models import ChatSession
 from chat.search.archive_window import (
+    WINDOW_ROWS,
     archive_window_read,
     archive_window_ready,
     archive_window_words_build,
 )
-from chat.search.recall_auto import WINDOW_ROWS
 from chat.workers import background_yield, warm_submit, warm_waiting
 
 # A chat without a summary and fewer messages than this is left alone: the default budget holds
@@ -104,7 +104,21 @@ def recall_warm_forget() -> None:
         _nothing.clear()
 
 
-def recall_window_warm(*, session_id: int, owner_id: int) -> bool:
+def recall_window_read_later(*, session_id: int, owner_id: int, size: int) -> None:
+    """Read, in the background, the whole window a send recalled only the newest rows of (it
+    found none kept: chat/search/archive_window.py `cold_rows`). Not counted against the
+    user's `recall_warm` rate: the send that asks is counted, one job per session at a time.
+    The job waits for the send's first token (background_yield)."""
+    warm_submit(
+        ("recall-window", session_id),
+        recall_window_warm,
+        session_id=session_id,
+        owner_id=owner_id,
+        size=size,
+    )
+
+
+def recall_window_warm(*, session_id: int, owner_id: int, size: int = WINDOW_ROWS) -> bool:
     """Read the archive window the session's next send will recall from, as that send's payload
     would bound it (its tail read as now); whether one was read."""
     background_yield()
@@ -128,7 +142,7 @@ def recall_window_warm(*, session_id: int, owner_id: int) -> bool:
         owner_id=owner_id,
         session_id=session_id,
         below_id=below_id,
-        size=WINDOW_ROWS,
+        size=size,
         version=session.messages_version,
     )
     archive_window_words_build(owner_id=owner_id, session_id=session_id)

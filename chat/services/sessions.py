@@ -5,6 +5,7 @@ before anything here runs."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from chat.context import context_reset
 from chat.context.prompt import model_allowed
 from chat.errors import InvalidInput, NotFound, ReplyInProgress
 from chat.models import ChatMessage, ChatSession, ContextSnapshot, SnapshotOutcome
+from chat.search.archive_window import archive_window_truncated
 from chat.selectors import agent_for_user
 
 
@@ -159,6 +161,18 @@ def message_truncate(
             # summarises what is left. The rewind above moves it too.
             locked.context_version += 1
         locked.save(update_fields=fields)
+        # The archive rows recall keeps in this process (all under the cut, unless the cut
+        # rewound the summary) stay valid at the new version.
+        transaction.on_commit(
+            functools.partial(
+                archive_window_truncated,
+                owner_id=locked.owner_id,
+                session_id=locked.pk,
+                from_id=message_id,
+                version=locked.messages_version - 1,
+                moved_to=locked.messages_version,
+            )
+        )
     return TruncateResult(deleted=deleted, summary_rewound=rewound, session=locked)
 
 

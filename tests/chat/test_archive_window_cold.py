@@ -1,0 +1,136 @@
+"""A send that finds no recall window kept (chat/search/archive_window.py `cold_rows`): it
+recalls from the archive's newest rows only, and the whole window is read in the background
+for the sends after it; a window past its time is used once more while it is read again; a
+truncation above a window's bound keeps it."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from chat.context.compose import RECALL_HEADING
+from chat.models import ChatMessage, ChatSession
+from chat.search import archive_window, recall_auto, recall_warm
+from chat.search.archive_window import archive_window_read
+from chat.services.sessions import message_truncate
+from devtools.introspect import background_wait
+from tests.chat.recall_setup import FORGETFUL_SUMMARY, recall_settings, send
+from tests.factories import ChatSessionFactory, make_conversation
+
+
+def _version(session: ChatSession) -> int:
+    return ChatSession.objects.values_list("messages_version", flat=True).get(pk=session.pk)
+
+
+def _read(session: ChatSession, *, below_id: int, size: int = 10, cold_rows: int = 0):
+    return archive_window_read(
+        owner_id=session.owner_id,
+        session_id=session.pk,
+        below_id=below_id,
+        size=size,
+        version=_version(session),
+        cold_rows=cold_rows,
+    )
+
+
+def _kept(session: ChatSession):
+    return archive_window._windows.get((session.owner_id, session.pk))
+
+
+@pytest.mark.django_db
+def test_with_none_kept_only_the_newest_rows_are_read_and_not_kept(owner):
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=20)]
+    cold = _read(session, below_id=ids[30], cold_rows=4)
+    assert [r.id for r in cold.rows] == ids[26:30][::-1]
+    assert cold.read_again and cold.more and _kept(session) is None
+    # Without cold_rows (the background read): the whole window, kept.
+    whole = _read(session, below_id=ids[30])
+    assert [r.id for r in whole.rows] == ids[20:30][::-1]
+    assert not whole.read_again and _kept(session) is whole
+    # Found kept, a send's cold_rows change nothing.
+    assert _read(session, below_id=ids[30], cold_rows=4) is whole
+
+
+@pytest.mark.django_db
+def test_a_short_archive_read_cold_is_all_there_is_and_kept(owner):
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=2)]
+    window = _read(session, below_id=ids[3], cold_rows=4)
+    assert [r.id for r in window.rows] == ids[:3][::-1]
+    assert not window.read_again and not window.more and _kept(session) is window
+
+
+@pytest.mark.django_db
+def test_a_window_past_its_time_serves_a_send_once_more_and_is_read_again(owner, monkeypatch):
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=20)]
+    whole = _read(session, below_id=ids[30])
+    monkeypatch.setattr(archive_window, "ENTRY_SECONDS", 0.0)
+    with CaptureQueriesContext(connection) as reads:
+        served = _read(session, below_id=ids[30], cold_rows=4)
+    assert len(reads) == 1  # the version only, in _version: no rows read
+    assert served.read_again and served.rows == whole.rows
+    # The background read does not take it: read anew.
+    with CaptureQueriesContext(connection) as reads:
+        anew = _read(session, below_id=ids[30])
+    assert len(reads) == 2 and anew is not whole and not anew.read_again
+
+
+@pytest.mark.django_db
+def test_a_truncation_above_the_bound_keeps_the_window(owner, django_capture_on_commit_callbacks):
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=20)]
+    kept = _read(session, below_id=ids[30])
+    with django_capture_on_commit_callbacks(execute=True):
+        message_truncate(session=session, message_id=ids[36])
+    with CaptureQueriesContext(connection) as reads:
+        after = _read(session, below_id=ids[30])
+    assert len(reads) == 1  # the version only, in _version: no rows read
+    assert after.rows == kept.rows and after.version == _version(session)
+    # A cut under the bound (the rows it deleted were in the window): read again.
+    with django_capture_on_commit_callbacks(execute=True):
+        message_truncate(session=session, message_id=ids[24])
+    again = _read(session, below_id=ids[24])
+    assert [r.id for r in again.rows] == ids[14:24][::-1]
+    assert all(r.id < ids[24] for r in again.rows)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_send_with_none_kept_recalls_from_the_newest_rows_and_has_the_whole_read(
+    api, owner, fake_llm, settings, tmp_path, monkeypatch
+):
+    """Through the real send: the first send recalls what the newest rows hold (a fact older
+    than them is not found by its common words), and leaves the whole window kept; the next
+    send finds the older fact."""
+    recall_settings(settings, tmp_path)
+    monkeypatch.setattr(recall_auto, "COLD_WINDOW_ROWS", 6)
+    session: ChatSession = ChatSessionFactory.create(owner=owner)
+    make_conversation(session, turns=40, words=12)
+    rows = make_conversation(session, turns=20, words=12)
+    ChatSession.objects.filter(pk=session.pk).update(
+        context_summary=FORGETFUL_SUMMARY, verbatim_since_message_id=rows[20].pk
+    )
+    session.refresh_from_db()
+    submitted: list[dict] = []
+    real = recall_warm.warm_submit
+
+    def counted(key, fn, **kwargs):
+        submitted.append(kwargs)
+        return real(key, fn, **kwargs)
+
+    monkeypatch.setattr(recall_warm, "warm_submit", counted)
+    fake_llm.script("Sure.")
+    send(api, session, "what was question 3 about?")
+    first = fake_llm.calls[-1].raw_body.decode()
+    # "question" is in every row of the newest six: not rare there, not looked up below.
+    assert RECALL_HEADING in first and "question 3 question 3" not in first
+    assert submitted == [{"session_id": session.pk, "owner_id": owner.pk, "size": 1000}]
+    background_wait()
+    assert _kept(session) is not None and len(_kept(session).rows) > 6
+    fake_llm.script("Sure.")
+    send(api, session, "what was question 3 about?")
+    assert "question 3 question 3" in fake_llm.calls[-1].raw_body.decode()
+    assert len(submitted) == 1
+    assert ChatMessage.objects.filter(session=session).count() == 124
