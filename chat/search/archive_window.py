@@ -53,6 +53,7 @@ from chat.models import EXCLUDED_FROM_MODEL, MessageRole
 from chat.search.backends import RawMessageRow, Scope, stamp_datetime, window_rows
 from chat.search.concepts import KindTexts
 from chat.search.window_words import WindowWords, window_words_build
+from chat.workers import background_yield
 
 # The rows of a window (automatic recall's, chat/search/recall_auto.py).
 WINDOW_ROWS = 1000
@@ -83,6 +84,8 @@ MATCHED_TERM_RUNES = 64
 NAMED_KINDS_MAX = 32
 # A bound moved by more rows than this is read as a new window (one statement either way).
 _DELTA_ROWS_MAX = 200
+# Rows read per statement by a background read (archive_window_read's `in_steps`).
+STEP_ROWS = 100
 _RECALLED_ROLES = frozenset((MessageRole.USER, MessageRole.ASSISTANT))
 
 
@@ -305,7 +308,14 @@ _kept_runes = 0
 
 
 def archive_window_read(
-    *, owner_id: int, session_id: int, below_id: int, size: int, version: int, cold_rows: int = 0
+    *,
+    owner_id: int,
+    session_id: int,
+    below_id: int,
+    size: int,
+    version: int,
+    cold_rows: int = 0,
+    in_steps: bool = False,
 ) -> ArchiveWindow:
     """The newest `size` recallable messages of the session under `below_id`: from this
     process's cache where it holds them (reading only what the bound moved past), else from
@@ -316,7 +326,10 @@ def archive_window_read(
     caller has the whole window read off the send's way (chat/search/recall_warm.py). A first
     send to a session just imported read and case-folded 1,000 rows and tested each word of
     its message on each: ~12 of the 20 ms its recall took in process (bench ttft's imported
-    session), against 1-2 ms for 150 rows."""
+    session), against 1-2 ms for 150 rows.
+
+    `in_steps` (background work): a whole window is read STEP_ROWS rows a statement, giving
+    way to sends between them (background_yield)."""
     key = (owner_id, session_id)
     scope = Scope(owner_id=owner_id, session_id=session_id, below_id=below_id)
     with _lock:
@@ -361,7 +374,7 @@ def archive_window_read(
             _keep(key, window)
             return _stand_in(window) if stale else window
     read = cold_rows if 0 < cold_rows < size else size
-    found = window_rows(scope=scope, rows=read)
+    found = _rows_in_steps(scope, rows=read) if in_steps else window_rows(scope=scope, rows=read)
     rows, cut = _within(_recallable(found))
     window = _window(
         below_id=below_id,
@@ -378,6 +391,23 @@ def archive_window_read(
     # The whole window, or all the archive there is (a short read holds everything too).
     _keep(key, window)
     return window
+
+
+def _rows_in_steps(scope: Scope, *, rows: int) -> list[RawMessageRow]:
+    """window_rows(scope=scope, rows=rows), STEP_ROWS at a time, giving way to sends between
+    statements: read in one, 1,000 rows and their case-folding held the GIL for ~5-10 ms, and
+    a send arriving then (the second send to an imported session, while the first one's read
+    ran) waited for it."""
+    found: list[RawMessageRow] = []
+    below = scope
+    while len(found) < rows:
+        background_yield()
+        step = window_rows(scope=below, rows=min(STEP_ROWS, rows - len(found)))
+        found += step
+        if len(step) < STEP_ROWS or len(found) >= rows:
+            break
+        below = dataclasses.replace(scope, below_id=step[-1][0])
+    return found
 
 
 def _stand_in(window: ArchiveWindow) -> ArchiveWindow:

@@ -282,7 +282,13 @@ def _window_of(ask: RecallAsk) -> ArchiveWindow | None:
     )
     if window.read_again:
         # It starts once this send has its first token (the warming thread gives way to it).
-        recall_window_read_later(session_id=ask.session_id, owner_id=ask.owner_id, size=WINDOW_ROWS)
+        recall_window_read_later(
+            session_id=ask.session_id,
+            owner_id=ask.owner_id,
+            below_id=ask.below_id,
+            version=ask.version,
+            size=WINDOW_ROWS,
+        )
     return window
 
 

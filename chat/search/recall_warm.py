@@ -104,21 +104,40 @@ def recall_warm_forget() -> None:
         _nothing.clear()
 
 
-def recall_window_read_later(*, session_id: int, owner_id: int, size: int) -> None:
+def recall_window_read_later(
+    *, session_id: int, owner_id: int, below_id: int, version: int, size: int
+) -> None:
     """Read, in the background, the whole window a send recalled only the newest rows of (it
-    found none kept: chat/search/archive_window.py `cold_rows`). Not counted against the
-    user's `recall_warm` rate: the send that asks is counted, one job per session at a time.
-    The job waits for the send's first token (background_yield)."""
+    found none kept: chat/search/archive_window.py `cold_rows`), at that send's bound and
+    version: the next send's bound has moved by its own turn at most (a short read then). Not
+    counted against the user's `recall_warm` rate: the send that asks is counted, and one job
+    per session runs at a time. The job waits for the send's first token, and reads in steps
+    that give way to later sends (background_yield)."""
     warm_submit(
         ("recall-window", session_id),
-        recall_window_warm,
+        _window_read,
         session_id=session_id,
         owner_id=owner_id,
+        below_id=below_id,
+        version=version,
         size=size,
     )
 
 
-def recall_window_warm(*, session_id: int, owner_id: int, size: int = WINDOW_ROWS) -> bool:
+def _window_read(*, session_id: int, owner_id: int, below_id: int, version: int, size: int) -> None:
+    background_yield()
+    archive_window_read(
+        owner_id=owner_id,
+        session_id=session_id,
+        below_id=below_id,
+        size=size,
+        version=version,
+        in_steps=True,
+    )
+    archive_window_words_build(owner_id=owner_id, session_id=session_id)
+
+
+def recall_window_warm(*, session_id: int, owner_id: int) -> bool:
     """Read the archive window the session's next send will recall from, as that send's payload
     would bound it (its tail read as now); whether one was read."""
     background_yield()
@@ -142,8 +161,9 @@ def recall_window_warm(*, session_id: int, owner_id: int, size: int = WINDOW_ROW
         owner_id=owner_id,
         session_id=session_id,
         below_id=below_id,
-        size=size,
+        size=WINDOW_ROWS,
         version=session.messages_version,
+        in_steps=True,
     )
     archive_window_words_build(owner_id=owner_id, session_id=session_id)
     return True

@@ -126,7 +126,15 @@ def test_a_send_with_none_kept_recalls_from_the_newest_rows_and_has_the_whole_re
     first = fake_llm.calls[-1].raw_body.decode()
     # "question" is in every row of the newest six: not rare there, not looked up below.
     assert RECALL_HEADING in first and "question 3 question 3" not in first
-    assert submitted == [{"session_id": session.pk, "owner_id": owner.pk, "size": 1000}]
+    # At the send's bound (its tail's first message) and version.
+    assert len(submitted) == 1 and submitted[0]["below_id"] >= rows[20].pk
+    assert submitted[0] | {"below_id": 0} == {
+        "session_id": session.pk,
+        "owner_id": owner.pk,
+        "below_id": 0,
+        "version": session.messages_version,
+        "size": 1000,
+    }
     background_wait()
     assert _kept(session) is not None and len(_kept(session).rows) > 6
     fake_llm.script("Sure.")
@@ -134,3 +142,23 @@ def test_a_send_with_none_kept_recalls_from_the_newest_rows_and_has_the_whole_re
     assert "question 3 question 3" in fake_llm.calls[-1].raw_body.decode()
     assert len(submitted) == 1
     assert ChatMessage.objects.filter(session=session).count() == 124
+
+
+@pytest.mark.django_db
+def test_a_background_read_in_steps_reads_the_same_rows(owner, monkeypatch):
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=20)]
+    version = _version(session)
+    monkeypatch.setattr(archive_window, "STEP_ROWS", 3)
+    read = {"owner_id": owner.pk, "session_id": session.pk, "size": 10, "version": version}
+    with CaptureQueriesContext(connection) as reads:
+        stepped = archive_window_read(below_id=ids[30], in_steps=True, **read)
+    assert len(reads) == 4  # 3 + 3 + 3 + 1
+    assert [r.id for r in stepped.rows] == ids[20:30][::-1] and stepped.more
+    archive_window.archive_windows_forget()
+    assert archive_window_read(below_id=ids[30], **read).rows == stepped.rows
+    # An archive shorter than the window: the last step comes back short, and nothing more.
+    archive_window.archive_windows_forget()
+    with CaptureQueriesContext(connection) as reads:
+        short = archive_window_read(below_id=ids[5], in_steps=True, **read)
+    assert len(reads) == 2 and [r.id for r in short.rows] == ids[:5][::-1] and not short.more
