@@ -90,6 +90,14 @@ COLD_WINDOW_ROWS = 150
 # matches it sorts: rare terms only).
 RARE_SHARE = 0.005
 INDEX_TERMS_MAX = 3
+# The same for a send's newest COLD_WINDOW_ROWS only (none kept): a term in at most one of
+# them, up to six. The window stood for most of the archive's matches; without it they come
+# from the index. On LoCoMo conversation 41 with every question sent cold, the questions with
+# all their evidence sent went 77% -> 80% at 48,000 runes, 62% -> 68% at 16,000 (90% and 80%
+# with the window kept). A term in one of 150 rows may be in ~1% of a long archive: on
+# PostgreSQL each of its matches is read and sorted, so not higher.
+COLD_RARE_SHARE = 0.01
+COLD_INDEX_TERMS_MAX = 6
 # Matches asked of the index per rare term.
 TERM_HITS = 40
 # BM25's length normalisation, halfway: a long message matches more terms by chance.
@@ -150,10 +158,14 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     total = max(ask.messages, searched)
     below_window = _below_window(ask, window)
     share = {term: len(found[term]) / searched for term in terms}
+    # Only the newest rows were read (a window past its time is whole, and read again).
+    cold = window is not None and window.read_again and len(window.rows) < WINDOW_ROWS
+    rare_share = COLD_RARE_SHARE if cold else RARE_SHARE
+    index_terms = COLD_INDEX_TERMS_MAX if cold else INDEX_TERMS_MAX
     rare = sorted(
-        (t for t in terms if below_window is not None and share[t] < RARE_SHARE and indexable(t)),
+        (t for t in terms if below_window is not None and share[t] < rare_share and indexable(t)),
         key=lambda t: (share[t], -len(t)),
-    )[:INDEX_TERMS_MAX]
+    )[:index_terms]
     older = _older_hits(window, below_window, rare) if window and below_window else {}
     # The whole message found as a phrase names its matches first, and wins (below).
     matched = [_Matched(phrase, 0.0, found[phrase], asks=True)] if long_phrase else []

@@ -10,12 +10,20 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from chat.context.compose import RECALL_HEADING
-from chat.models import ChatMessage, ChatSession
-from chat.search import archive_window, recall_auto, recall_warm
+from chat.models import ChatMessage, ChatSession, MessageRole
+from chat.search import archive_window, recall_warm
+from chat.search import recall_auto as recall_auto_module
 from chat.search.archive_window import archive_window_read
+from chat.search.recall_auto import recall_auto
 from chat.services.sessions import message_truncate
 from devtools.introspect import background_wait
-from tests.chat.recall_setup import FORGETFUL_SUMMARY, recall_settings, send
+from tests.chat.recall_setup import (
+    FORGETFUL_SUMMARY,
+    archived,
+    recall_ask,
+    recall_settings,
+    send,
+)
 from tests.factories import ChatSessionFactory, make_conversation
 
 
@@ -105,7 +113,7 @@ def test_a_send_with_none_kept_recalls_from_the_newest_rows_and_has_the_whole_re
     than them is not found by its common words), and leaves the whole window kept; the next
     send finds the older fact."""
     recall_settings(settings, tmp_path)
-    monkeypatch.setattr(recall_auto, "COLD_WINDOW_ROWS", 6)
+    monkeypatch.setattr(recall_auto_module, "COLD_WINDOW_ROWS", 6)
     session: ChatSession = ChatSessionFactory.create(owner=owner)
     make_conversation(session, turns=40, words=12)
     rows = make_conversation(session, turns=20, words=12)
@@ -162,3 +170,28 @@ def test_a_background_read_in_steps_reads_the_same_rows(owner, monkeypatch):
     with CaptureQueriesContext(connection) as reads:
         short = archive_window_read(below_id=ids[5], in_steps=True, **read)
     assert len(reads) == 2 and [r.id for r in short.rows] == ids[:5][::-1] and not short.more
+
+
+@pytest.mark.django_db
+def test_a_cold_send_looks_up_below_its_rows_a_term_they_hold_once(owner, monkeypatch):
+    """The newest rows stand for less of the archive than a whole window: a term one of them
+    holds is still looked up in the index below them (COLD_RARE_SHARE), and the older turn
+    holding it is found."""
+    rows = [(MessageRole.USER, "The spare key hides under the hedgehog statue.")]
+    rows += [(MessageRole.USER, f"filler chatter number {i} about lunch") for i in range(160)]
+    rows += [(MessageRole.USER, "I saw a hedgehog in the garden today.")]
+    rows += [(MessageRole.USER, f"more chatter number {i} about tea") for i in range(10)]
+    session = archived(owner, rows)
+    monkeypatch.setattr(recall_warm, "warm_submit", lambda key, fn, **kwargs: None)
+    asked: list[list[str]] = []
+    looked_up = recall_auto_module.index_hits_many
+
+    def spy(**kwargs):
+        asked.append(list(kwargs["queries"]))
+        return looked_up(**kwargs)
+
+    monkeypatch.setattr(recall_auto_module, "index_hits_many", spy)
+    recalled = recall_auto(recall_ask(session, "where is the key with the hedgehog?"))
+    assert _kept(session) is None  # a cold read: 150 of 172 rows
+    assert any("hedgehog" in terms for terms in asked)
+    assert any("hedgehog statue" in m.content for m in recalled)
