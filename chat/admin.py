@@ -331,8 +331,11 @@ class ChatMessageAdmin(RepliesStoppedFirst):
         for session_id in streaming.values_list("session_id", flat=True).distinct():
             session_replies_stop(session_id=session_id)
         session_ids = list(queryset.values_list("session_id", flat=True).distinct())
-        super().delete_queryset(request, queryset)
-        sessions_messages_changed(session_ids=session_ids)
+        # One transaction: no process may read the sessions between the delete and the
+        # version move (a truncation then would carry a window holding deleted rows forward).
+        with transaction.atomic():
+            super().delete_queryset(request, queryset)
+            sessions_messages_changed(session_ids=session_ids)
 
     @admin.display(description="content")
     def short_content(self, obj: ChatMessage) -> str:

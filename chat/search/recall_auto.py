@@ -98,6 +98,8 @@ INDEX_TERMS_MAX = 3
 # PostgreSQL each of its matches is read and sorted, so not higher.
 COLD_RARE_SHARE = 0.01
 COLD_INDEX_TERMS_MAX = 6
+# The deadline of the lookup of those past the first INDEX_TERMS_MAX.
+COLD_EXTRA_SECONDS = 0.05
 # Matches asked of the index per rare term.
 TERM_HITS = 40
 # BM25's length normalisation, halfway: a long message matches more terms by chance.
@@ -159,14 +161,22 @@ def _recall(ask: RecallAsk, *, nearest: list[int]) -> list[Recalled]:
     below_window = _below_window(ask, window)
     share = {term: len(found[term]) / searched for term in terms}
     # Only the newest rows were read (a window past its time is whole, and read again).
-    cold = window is not None and window.read_again and len(window.rows) < WINDOW_ROWS
+    cold = window is not None and window.partial
     rare_share = COLD_RARE_SHARE if cold else RARE_SHARE
     index_terms = COLD_INDEX_TERMS_MAX if cold else INDEX_TERMS_MAX
     rare = sorted(
         (t for t in terms if below_window is not None and share[t] < rare_share and indexable(t)),
         key=lambda t: (share[t], -len(t)),
     )[:index_terms]
-    older = _older_hits(window, below_window, rare) if window and below_window else {}
+    older: dict[str, list[int]] = {}
+    if window and below_window:
+        older = _older_hits(window, below_window, rare[:INDEX_TERMS_MAX])
+        if rare[INDEX_TERMS_MAX:]:
+            # A cold send's commoner terms: a statement of their own, under a short deadline,
+            # so that one running long costs the rarest terms' matches nothing.
+            older |= _older_hits(
+                window, below_window, rare[INDEX_TERMS_MAX:], seconds=COLD_EXTRA_SECONDS
+            )
     # The whole message found as a phrase names its matches first, and wins (below).
     matched = [_Matched(phrase, 0.0, found[phrase], asks=True)] if long_phrase else []
     for term, weight in terms.items():
@@ -330,7 +340,9 @@ def _matches(
     }
 
 
-def _older_hits(window: ArchiveWindow, scope: Scope, terms: list[str]) -> dict[str, list[int]]:
+def _older_hits(
+    window: ArchiveWindow, scope: Scope, terms: list[str], *, seconds: float = RECALL_SECONDS
+) -> dict[str, list[int]]:
     """The terms' newest matches below the window: kept from an earlier send's lookup (the
     rows below a bound never change), else looked up in one statement; none when that runs
     out of time (the window's matches still count)."""
@@ -347,7 +359,7 @@ def _older_hits(window: ArchiveWindow, scope: Scope, terms: list[str]) -> dict[s
         # under the recall deadline. The rest read rows by key ranges and ids, bounded; a
         # deadline around them cost PostgreSQL four round trips (a savepoint, the timeout set
         # and put back) on every send.
-        with search_deadline(RECALL_SECONDS):
+        with search_deadline(seconds):
             found = index_hits_many(scope=scope, queries=asked, limit=TERM_HITS)
     except SearchTimeout:
         logger.info("chat_context_recall_term_timeout session=%s", scope.session_id)

@@ -25,6 +25,7 @@ it then lists (chat/search/window_words.py). Callers have checked the session's 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 
@@ -42,6 +43,8 @@ from chat.search.archive_window import (
     archive_window_words_build,
 )
 from chat.workers import background_yield, warm_submit, warm_waiting
+
+logger = logging.getLogger("chat.search")
 
 # A chat without a summary and fewer messages than this is left alone: the default budget holds
 # all of it (no archive to recall from), and where it does not, its window is small and the
@@ -113,7 +116,7 @@ def recall_window_read_later(
     counted against the user's `recall_warm` rate: the send that asks is counted, and one job
     per session runs at a time. The job waits for the send's first token, and reads in steps
     that give way to later sends (background_yield)."""
-    warm_submit(
+    job = warm_submit(
         ("recall-window", session_id),
         _window_read,
         session_id=session_id,
@@ -122,10 +125,22 @@ def recall_window_read_later(
         version=version,
         size=size,
     )
+    if job is None and not warm_waiting(("recall-window", session_id)):
+        # The queue is full: the session's next send recalls from its newest rows again.
+        logger.info("chat_recall_window_read_dropped session=%s", session_id)
 
 
 def _window_read(*, session_id: int, owner_id: int, below_id: int, version: int, size: int) -> None:
     background_yield()
+    # Edited or truncated since the send asked (an edit-and-resend): its read is not wanted,
+    # and the resend asks for its own.
+    now = (
+        ChatSession.objects.filter(pk=session_id, owner_id=owner_id)
+        .values_list("messages_version", flat=True)
+        .first()
+    )
+    if now != version:
+        return
     archive_window_read(
         owner_id=owner_id,
         session_id=session_id,

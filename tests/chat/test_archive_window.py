@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from chat.admin import ChatMessageAdmin
 from chat.context import context_compact
 from chat.models import ChatMessage, ChatSession, MessageRole, MessageStatus
-from chat.search import archive_window
+from chat.search import archive_rows, archive_window
 from chat.search.archive_window import ArchiveRow, archive_window_read
 from chat.services.sessions import message_truncate
 from tests.chat.recall_setup import FORGETFUL_SUMMARY, recall_settings
@@ -271,7 +271,7 @@ def test_a_window_finds_what_substring_search_finds_and_again_from_its_kept_term
 
 
 def test_the_terms_a_window_kept_are_bounded(monkeypatch):
-    monkeypatch.setattr(archive_window, "MATCHED_TERMS_MAX", 3)
+    monkeypatch.setattr(archive_rows, "MATCHED_TERMS_MAX", 3)
     rows = [ArchiveRow(1, MessageRole.USER, datetime.now(UTC), "alpha beta", "alpha beta")]
     window = archive_window._window(
         below_id=2, version=0, rows=rows, more=False, size=9, read_at=0.0
@@ -324,7 +324,7 @@ def test_a_moved_window_keeps_exactly_the_matches_a_scan_of_its_rows_finds(
     for term in asked:
         kept.containing(term)
     moved_rows = [*added, *kept.rows][:size]
-    carried = archive_window._matched_moved(kept, added=added, rows=moved_rows)
+    carried = archive_rows.matched_moved(kept, added=added, rows=moved_rows)
     assert set(carried) == set(kept.matched)
     for term, ids in carried.items():
         assert ids == tuple(r.id for r in moved_rows if term in r.folded), term

@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from chat.context.compose import RECALL_HEADING
+from chat.errors import SearchTimeout
 from chat.models import ChatMessage, ChatSession, MessageRole
 from chat.search import archive_window, recall_warm
 from chat.search import recall_auto as recall_auto_module
@@ -74,16 +75,23 @@ def test_a_short_archive_read_cold_is_all_there_is_and_kept(owner):
 def test_a_window_past_its_time_serves_a_send_once_more_and_is_read_again(owner, monkeypatch):
     session = ChatSessionFactory.create(owner=owner)
     ids = [m.pk for m in make_conversation(session, turns=20)]
+    clock = [1000.0]
+    monkeypatch.setattr(archive_window, "monotonic", lambda: clock[0])
     whole = _read(session, below_id=ids[30])
-    monkeypatch.setattr(archive_window, "ENTRY_SECONDS", 0.0)
+    clock[0] += archive_window.ENTRY_SECONDS + 1
     with CaptureQueriesContext(connection) as reads:
         served = _read(session, below_id=ids[30], cold_rows=4)
     assert len(reads) == 1  # the version only, in _version: no rows read
-    assert served.read_again and served.rows == whole.rows
+    assert served.read_again and not served.partial and served.rows == whole.rows
     # The background read does not take it: read anew.
     with CaptureQueriesContext(connection) as reads:
         anew = _read(session, below_id=ids[30])
     assert len(reads) == 2 and anew is not whole and not anew.read_again
+    # Past twice its time (its read again never came: the warming queue was full), a send
+    # no longer takes it: it reads the newest rows, as with none kept.
+    clock[0] += 2 * archive_window.ENTRY_SECONDS
+    cold = _read(session, below_id=ids[30], cold_rows=4)
+    assert cold.partial and [r.id for r in cold.rows] == ids[26:30][::-1]
 
 
 @pytest.mark.django_db
@@ -97,9 +105,10 @@ def test_a_truncation_above_the_bound_keeps_the_window(owner, django_capture_on_
         after = _read(session, below_id=ids[30])
     assert len(reads) == 1  # the version only, in _version: no rows read
     assert after.rows == kept.rows and after.version == _version(session)
-    # A cut under the bound (the rows it deleted were in the window): read again.
+    # A cut under the bound (the rows it deleted were in the window): not carried forward.
     with django_capture_on_commit_callbacks(execute=True):
         message_truncate(session=session, message_id=ids[24])
+    assert _kept(session).version == _version(session) - 1
     again = _read(session, below_id=ids[24])
     assert [r.id for r in again.rows] == ids[14:24][::-1]
     assert all(r.id < ids[24] for r in again.rows)
@@ -191,7 +200,62 @@ def test_a_cold_send_looks_up_below_its_rows_a_term_they_hold_once(owner, monkey
         return looked_up(**kwargs)
 
     monkeypatch.setattr(recall_auto_module, "index_hits_many", spy)
-    recalled = recall_auto(recall_ask(session, "where is the key with the hedgehog?"))
+    # "hedgehog" is the only term: one of the newest 150 rows holds it.
+    recalled = recall_auto(recall_ask(session, "and the hedgehog?"))
     assert _kept(session) is None  # a cold read: 150 of 172 rows
-    assert any("hedgehog" in terms for terms in asked)
+    assert asked == [["hedgehog"]]
     assert any("hedgehog statue" in m.content for m in recalled)
+
+
+@pytest.mark.django_db
+def test_a_background_read_never_replaces_a_newer_window(owner):
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=20)]
+    version = _version(session)
+    read = {"owner_id": owner.pk, "session_id": session.pk, "size": 10}
+    newer = archive_window_read(below_id=ids[32], version=version, **read)
+    # A job a send asked for at an older bound, or at an older version, runs late.
+    archive_window_read(below_id=ids[30], version=version, in_steps=True, **read)
+    archive_window_read(below_id=ids[34], version=version - 1, in_steps=True, **read)
+    assert _kept(session) is newer
+
+
+@pytest.mark.django_db
+def test_the_job_of_a_session_edited_since_reads_nothing(owner, monkeypatch):
+    session = ChatSessionFactory.create(owner=owner)
+    ids = [m.pk for m in make_conversation(session, turns=20)]
+    version = _version(session)
+    ChatSession.objects.filter(pk=session.pk).update(messages_version=version + 1)
+    job = {"session_id": session.pk, "owner_id": owner.pk, "below_id": ids[30], "size": 10}
+    recall_warm._window_read(version=version, **job)
+    assert _kept(session) is None
+    # Another owner's id finds no session: nothing read either.
+    recall_warm._window_read(version=version + 1, **(job | {"owner_id": owner.pk + 1}))
+    assert _kept(session) is None
+    recall_warm._window_read(version=version + 1, **job)
+    assert [r.id for r in _kept(session).rows] == ids[20:30][::-1]
+
+
+@pytest.mark.django_db
+def test_a_cold_sends_commoner_terms_are_a_statement_of_their_own(owner, monkeypatch):
+    """Past the three rarest, a cold send's terms are looked up apart, under a short deadline:
+    one running out of time costs the rarest terms' matches nothing."""
+    rows = [(MessageRole.USER, "The hippopotamus ate the spare key.")]
+    rows += [(MessageRole.USER, f"filler chatter number {i} about lunch") for i in range(160)]
+    session = archived(owner, rows)
+    monkeypatch.setattr(recall_warm, "warm_submit", lambda key, fn, **kwargs: None)
+    asked: list[list[str]] = []
+    looked_up = recall_auto_module.index_hits_many
+
+    def second_times_out(**kwargs):
+        asked.append(list(kwargs["queries"]))
+        if len(asked) == 2:
+            raise SearchTimeout("out of time")
+        return looked_up(**kwargs)
+
+    monkeypatch.setattr(recall_auto_module, "index_hits_many", second_times_out)
+    question = "hippopotamus rhinoceros elephant giraffe zebra"
+    recalled = recall_auto(recall_ask(session, question))
+    assert [len(terms) for terms in asked] == [3, 2]
+    assert asked[0][0].startswith("hippopotam")  # the longest of equally rare terms first
+    assert any("hippopotamus ate" in m.content for m in recalled)

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chat.models import ChatMessage, ChatSession, MessageRole
-from chat.search import archive_window
+from chat.search import archive_rows, archive_window
 from chat.search.archive_window import ArchiveRow, archive_windows_forget
 from chat.search.concepts import (
     KindTexts,
@@ -168,7 +168,7 @@ def test_a_moved_window_carries_its_concepts_over():
     added = [_row(4, "Karate now"), _row(3, "fine")]
     rows = [*added, *kept.rows][:2]
     texts = KindTexts([r.folded for r in added])
-    carried = archive_window._named_moved(kept, added=added, texts=texts, rows=rows)
+    carried = archive_rows.named_moved(kept, added=added, texts=texts, rows=rows)
     # The added row found, the fallen-off ones gone; a concept no row named stays kept empty.
     assert carried == {"martial arts": {"karate": (4,)}, "european countries": {}}
 
