@@ -181,6 +181,23 @@ def test_a_background_read_in_steps_reads_the_same_rows(owner, monkeypatch):
     assert len(reads) == 2 and [r.id for r in short.rows] == ids[:5][::-1] and not short.more
 
 
+def _cold_lookups(monkeypatch, *, out_of_time: int = 0) -> list[list[str]]:
+    """Recall called directly, cold: no background read asked for (a test's transaction is not
+    a thread's), and the terms of each index lookup noted; the `out_of_time`th runs out."""
+    monkeypatch.setattr(recall_warm, "warm_submit", lambda key, fn, **kwargs: None)
+    asked: list[list[str]] = []
+    looked_up = recall_auto_module.index_hits_many
+
+    def spy(**kwargs):
+        asked.append(list(kwargs["queries"]))
+        if len(asked) == out_of_time:
+            raise SearchTimeout("out of time")
+        return looked_up(**kwargs)
+
+    monkeypatch.setattr(recall_auto_module, "index_hits_many", spy)
+    return asked
+
+
 @pytest.mark.django_db
 def test_a_cold_send_looks_up_below_its_rows_a_term_they_hold_once(owner, monkeypatch):
     """The newest rows stand for less of the archive than a whole window: a term one of them
@@ -191,15 +208,7 @@ def test_a_cold_send_looks_up_below_its_rows_a_term_they_hold_once(owner, monkey
     rows += [(MessageRole.USER, "I saw a hedgehog in the garden today.")]
     rows += [(MessageRole.USER, f"more chatter number {i} about tea") for i in range(10)]
     session = archived(owner, rows)
-    monkeypatch.setattr(recall_warm, "warm_submit", lambda key, fn, **kwargs: None)
-    asked: list[list[str]] = []
-    looked_up = recall_auto_module.index_hits_many
-
-    def spy(**kwargs):
-        asked.append(list(kwargs["queries"]))
-        return looked_up(**kwargs)
-
-    monkeypatch.setattr(recall_auto_module, "index_hits_many", spy)
+    asked = _cold_lookups(monkeypatch)
     # "hedgehog" is the only term: one of the newest 150 rows holds it.
     recalled = recall_auto(recall_ask(session, "and the hedgehog?"))
     assert _kept(session) is None  # a cold read: 150 of 172 rows
@@ -243,17 +252,7 @@ def test_a_cold_sends_commoner_terms_are_a_statement_of_their_own(owner, monkeyp
     rows = [(MessageRole.USER, "The hippopotamus ate the spare key.")]
     rows += [(MessageRole.USER, f"filler chatter number {i} about lunch") for i in range(160)]
     session = archived(owner, rows)
-    monkeypatch.setattr(recall_warm, "warm_submit", lambda key, fn, **kwargs: None)
-    asked: list[list[str]] = []
-    looked_up = recall_auto_module.index_hits_many
-
-    def second_times_out(**kwargs):
-        asked.append(list(kwargs["queries"]))
-        if len(asked) == 2:
-            raise SearchTimeout("out of time")
-        return looked_up(**kwargs)
-
-    monkeypatch.setattr(recall_auto_module, "index_hits_many", second_times_out)
+    asked = _cold_lookups(monkeypatch, out_of_time=2)
     question = "hippopotamus rhinoceros elephant giraffe zebra"
     recalled = recall_auto(recall_ask(session, question))
     assert [len(terms) for terms in asked] == [3, 2]
