@@ -188,32 +188,10 @@ def archive_window_read(
                 if key in _windows:
                     _windows.move_to_end(key)
             return _stand_in(kept) if stale else kept
-        found = window_rows(scope=scope, rows=_DELTA_ROWS_MAX, from_id=kept.below_id)
-        if len(found) < _DELTA_ROWS_MAX:
-            added = _recallable(found)
-            added_texts = KindTexts([r.folded for r in added])
-            rows = [*added, *kept.rows]
-            within, cut = _within(rows[:size])
-            window = _window(
-                below_id=below_id,
-                version=version,
-                rows=within,
-                more=kept.more or len(rows) > size or cut,
-                size=size,
-                read_at=kept.read_at,
-                # A copy: the entries of a bound this window no longer has are never asked for.
-                older_hits=dict(kept.older_hits),
-                matched=matched_moved(kept, added=added, rows=within),
-                named=named_moved(kept, added=added, texts=added_texts, rows=within),
-                dates={m: d for m, d in kept.dates.items() if within and m >= within[-1].id},
-                # A superset of the words once rows fall off: a kind's member found among them
-                # is looked for in the rows, and found or not.
-                words=words_moved(kept, added=added_texts),
-                word_rows=kept.word_rows.gained(added) if kept.word_rows is not None else None,
-                words_tried=kept.words_tried,
-            )
-            _keep(key, window)
-            return _stand_in(window) if stale else window
+        moved = _moved(kept, scope=scope, below_id=below_id, version=version, size=size)
+        if moved is not None:
+            _keep(key, moved)
+            return _stand_in(moved) if stale else moved
     read = cold_rows if 0 < cold_rows < size else size
     found = _rows_in_steps(scope, rows=read) if in_steps else window_rows(scope=scope, rows=read)
     rows, cut = _within(_recallable(found))
@@ -236,6 +214,39 @@ def archive_window_read(
     else:
         _keep(key, window)
     return window
+
+
+def _moved(
+    kept: ArchiveWindow, *, scope: Scope, below_id: int, version: int, size: int
+) -> ArchiveWindow | None:
+    """`kept` with its bound moved up to `below_id`: the rows it passed read (one statement)
+    and put on top, the oldest fallen off the end; None past _DELTA_ROWS_MAX of them (read
+    as a new window then)."""
+    found = window_rows(scope=scope, rows=_DELTA_ROWS_MAX, from_id=kept.below_id)
+    if len(found) >= _DELTA_ROWS_MAX:
+        return None
+    added = _recallable(found)
+    added_texts = KindTexts([r.folded for r in added])
+    rows = [*added, *kept.rows]
+    within, cut = _within(rows[:size])
+    return _window(
+        below_id=below_id,
+        version=version,
+        rows=within,
+        more=kept.more or len(rows) > size or cut,
+        size=size,
+        read_at=kept.read_at,
+        # A copy: the entries of a bound this window no longer has are never asked for.
+        older_hits=dict(kept.older_hits),
+        matched=matched_moved(kept, added=added, rows=within),
+        named=named_moved(kept, added=added, texts=added_texts, rows=within),
+        dates={m: d for m, d in kept.dates.items() if within and m >= within[-1].id},
+        # A superset of the words once rows fall off: a kind's member found among them is
+        # looked for in the rows, and found or not.
+        words=words_moved(kept, added=added_texts),
+        word_rows=kept.word_rows.gained(added) if kept.word_rows is not None else None,
+        words_tried=kept.words_tried,
+    )
 
 
 def _rows_in_steps(scope: Scope, *, rows: int) -> list[RawMessageRow]:
