@@ -47,7 +47,7 @@ class ArchiveWindow:
     read_at: float
     runes: int  # what it holds, content and folded copy: its share of CACHE_RUNES_MAX
     # Index lookups below the window, by (the id they were below, term): recall's rare terms
-    # (chat/search/recall_auto.py). The rows under a bound never change (see above), and a
+    # (chat/search/recall_auto.py). The rows under a bound never change (archive_window.py), and a
     # rare word of a question tends to come back in the next ones; bounded by OLDER_TERMS_MAX.
     older_hits: dict[tuple[int, str], list[int]]
     # Derived once per window for recall's ranking: each row by id, its folded length.

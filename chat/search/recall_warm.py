@@ -72,7 +72,7 @@ def recall_window_warm_start(*, session: ChatSession) -> bool:
         return False
     if session.verbatim_since_message_id is None and session.message_count < WARM_MIN_MESSAGES:
         return False
-    key = ("recall-window", session.pk)
+    key = _job_key(session.pk)
     with _nothing_lock:
         found_nothing = _nothing.get(session.pk) == _state(session)
     if (
@@ -117,7 +117,7 @@ def recall_window_read_later(
     per session runs at a time. The job waits for the send's first token, and reads in steps
     that give way to later sends (background_yield)."""
     job = warm_submit(
-        ("recall-window", session_id),
+        _job_key(session_id),
         _window_read,
         session_id=session_id,
         owner_id=owner_id,
@@ -125,7 +125,7 @@ def recall_window_read_later(
         version=version,
         size=size,
     )
-    if job is None and not warm_waiting(("recall-window", session_id)):
+    if job is None and not warm_waiting(_job_key(session_id)):
         # The queue is full: the session's next send recalls from its newest rows again.
         logger.info("chat_recall_window_read_dropped session=%s", session_id)
 
@@ -141,6 +141,20 @@ def _window_read(*, session_id: int, owner_id: int, below_id: int, version: int,
     )
     if now != version:
         return
+    _read_and_list(
+        owner_id=owner_id, session_id=session_id, below_id=below_id, size=size, version=version
+    )
+
+
+def _job_key(session_id: int) -> tuple[str, int]:
+    """One warming job per session, whoever asked for it (a chat opened, a cold send)."""
+    return ("recall-window", session_id)
+
+
+def _read_and_list(
+    *, owner_id: int, session_id: int, below_id: int, size: int, version: int
+) -> None:
+    """The whole window, read in steps, and its word list."""
     archive_window_read(
         owner_id=owner_id,
         session_id=session_id,
@@ -172,13 +186,11 @@ def recall_window_warm(*, session_id: int, owner_id: int) -> bool:
             while len(_nothing) > NOTHING_KEPT_MAX:
                 _nothing.popitem(last=False)
         return False
-    archive_window_read(
+    _read_and_list(
         owner_id=owner_id,
         session_id=session_id,
         below_id=below_id,
         size=WINDOW_ROWS,
         version=session.messages_version,
-        in_steps=True,
     )
-    archive_window_words_build(owner_id=owner_id, session_id=session_id)
     return True
